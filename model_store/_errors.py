@@ -1,0 +1,48 @@
+"""Errors raised by the model store.
+
+::
+
+    ModelStoreError                 root; ``retryable`` says whether trying again can help
+    ├── StoreUnavailable            the backend cannot be reached (retryable)
+    ├── ArtifactNotFound            no such KB, version or pointer
+    └── ArtifactRejected            bytes were read but must not be used
+        ├── ArtifactCorrupt         checksum mismatch, unreadable arrays or manifest
+        ├── SignatureInvalid        HMAC missing or wrong while a key is configured
+        └── IncompatibleArtifact    unknown schema version, or built for another encoder
+
+The store never unpickles anything; every rejection happens before an array is used.
+"""
+
+from __future__ import annotations
+
+
+class ModelStoreError(Exception):
+    """Root of every model-store error."""
+
+    retryable: bool = False
+
+
+class StoreUnavailable(ModelStoreError):
+    """The backing store (Redis, a directory) cannot be reached right now."""
+
+    retryable = True
+
+
+class ArtifactNotFound(ModelStoreError):
+    """The KB, version or active pointer does not exist."""
+
+
+class ArtifactRejected(ModelStoreError):
+    """An artifact was read but failed validation; the caller must keep its current model."""
+
+
+class ArtifactCorrupt(ArtifactRejected):
+    """The bytes do not match their recorded sha256, or cannot be decoded."""
+
+
+class SignatureInvalid(ArtifactRejected):
+    """A signing key is configured and the manifest's HMAC is missing or wrong."""
+
+
+class IncompatibleArtifact(ArtifactRejected):
+    """The manifest's schema version or encoder does not match what the reader supports."""

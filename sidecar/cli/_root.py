@@ -1,0 +1,92 @@
+"""The ``sidecar`` command group, its error policy and shared options.
+
+Every command module registers itself on :data:`main` (or :data:`bench`). Heavy imports
+(torch, faust) happen inside the commands so that ``sidecar --help`` stays instant.
+A wrong path or a bad file ends in one readable ``error:`` line and exit code 2,
+never a traceback (``--debug`` shows the traceback).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from typing import Any
+
+import click
+
+from model_store import ModelStoreError
+from sidecar.errors import SidecarError
+
+log = logging.getLogger(__name__)
+
+_EXPECTED = (SidecarError, ModelStoreError, FileNotFoundError, IsADirectoryError, PermissionError)
+
+
+class _Group(click.Group):
+    """A click group that turns expected failures into one line on stderr."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except _EXPECTED as exc:
+            if (ctx.obj or {}).get("debug"):
+                raise
+            hint = " (retrying may help)" if getattr(exc, "retryable", False) else ""
+            click.echo(f"error: {_describe(exc)}{hint}", err=True)
+            sys.exit(2)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, FileNotFoundError | IsADirectoryError | PermissionError) and exc.filename:
+        return f"{exc.strerror or type(exc).__name__}: {exc.filename}"
+    return str(exc) or type(exc).__name__
+
+
+def configure_logging(level: str = "INFO", json_lines: bool = False) -> None:
+    """Configure the root logger once, at the entry point."""
+    handler = logging.StreamHandler(sys.stderr)
+    if json_lines:
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        doc = {
+            "ts": self.formatTime(record),
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        if record.exc_info:
+            doc["exc"] = self.formatException(record.exc_info)
+        return json.dumps(doc)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--log-level", default="WARNING", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), help="Log verbosity.")
+@click.option("--log-json", is_flag=True, help="Log as JSON lines (for cluster log shippers).")
+@click.option("--debug", is_flag=True, help="Show full tracebacks instead of one-line errors.")
+@click.pass_context
+def main(ctx: click.Context, log_level: str, log_json: bool, debug: bool) -> None:
+    """OOD moderation sidecar for RAG services.
+
+    Scores each chat query against the knowledge base (KB) it is meant for and emits an
+    ID (answerable from the KB) or OOD verdict. Train a detector with `sidecar train`,
+    judge it with `sidecar eval`, run it on Kafka with `sidecar worker`, or try it all
+    locally with `sidecar demo`.
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+    configure_logging(log_level, log_json)
+
+
+@main.group(cls=_Group)
+def bench() -> None:
+    """Measure speed and behaviour; every benchmark writes a JSON report."""

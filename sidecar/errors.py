@@ -1,0 +1,61 @@
+"""Errors raised by the sidecar.
+
+::
+
+    SidecarError                    root; ``retryable`` says whether trying again can help
+    ├── ConfigError                 settings or command-line options that cannot work
+    ├── DataError                   an input file (KB, queries, sources) is missing or malformed
+    ├── NotFittedError              a detector or subspace was used before ``fit``
+    ├── EncoderMismatch             embeddings from another encoder than the model was built with
+    ├── ModelNotLoaded              no active model for a KB the sidecar serves
+    ├── BrokerError                 the Kafka broker (or the embedded one) failed (retryable)
+    └── ExplainError                rule mining failed
+        └── BlackBoxError           the LLM endpoint failed after its retries (retryable)
+
+Model-store failures keep their own tree (``model_store.ModelStoreError``) because the
+store package is a leaf that imports nothing from ``sidecar``.
+"""
+
+from __future__ import annotations
+
+
+class SidecarError(Exception):
+    """Root of every sidecar error."""
+
+    retryable: bool = False
+
+
+class ConfigError(SidecarError):
+    """Settings or options that cannot work together."""
+
+
+class DataError(SidecarError):
+    """An input file is missing, unreadable or has the wrong shape."""
+
+
+class NotFittedError(SidecarError, AttributeError):
+    """An estimator was used before ``fit`` (also an ``AttributeError``, like scikit-learn)."""
+
+
+class EncoderMismatch(SidecarError):
+    """Embeddings come from a different encoder (name or dimension) than the model expects."""
+
+
+class ModelNotLoaded(SidecarError):
+    """The sidecar serves a KB for which no model is loaded."""
+
+
+class BrokerError(SidecarError):
+    """The Kafka broker could not be started or reached."""
+
+    retryable = True
+
+
+class ExplainError(SidecarError):
+    """Rule mining could not complete."""
+
+
+class BlackBoxError(ExplainError):
+    """The black-box LLM failed after retries."""
+
+    retryable = True

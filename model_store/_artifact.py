@@ -161,7 +161,7 @@ def _library_versions() -> dict[str, str]:
 def encode(artifact: Artifact) -> tuple[bytes, bytes]:
     """Serialise to ``(manifest_json, npz_bytes)``."""
     buf = io.BytesIO()
-    np.savez(buf, **dict(artifact.arrays))
+    np.savez(buf, **dict(artifact.arrays))  # type: ignore[arg-type]
     return canonical_json(artifact.manifest), buf.getvalue()
 
 
@@ -256,7 +256,9 @@ def load_dir(
         manifest_bytes = (p / MANIFEST_FILE).read_bytes()
         arrays_bytes = (p / ARRAYS_FILE).read_bytes()
     except FileNotFoundError as exc:
-        raise ArtifactNotFound(f"{p} is not an artifact directory (missing {exc.filename})") from exc
+        raise ArtifactNotFound(
+            f"{p} is not an artifact directory (missing {exc.filename})"
+        ) from exc
     return decode(
         manifest_bytes, arrays_bytes, hmac_key=hmac_key, expected_encoder=expected_encoder
     )

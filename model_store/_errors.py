@@ -5,6 +5,7 @@
     ModelStoreError                 root; ``retryable`` says whether trying again can help
     ├── StoreUnavailable            the backend cannot be reached (retryable)
     ├── ArtifactNotFound            no such KB, version or pointer
+    ├── InvalidName                 a KB or version id that cannot be a key or a file name
     └── ArtifactRejected            bytes were read but must not be used
         ├── ArtifactCorrupt         checksum mismatch, unreadable arrays or manifest
         ├── SignatureInvalid        HMAC missing or wrong while a key is configured
@@ -30,6 +31,10 @@ class StoreUnavailable(ModelStoreError):
 
 class ArtifactNotFound(ModelStoreError):
     """The KB, version or active pointer does not exist."""
+
+
+class InvalidName(ModelStoreError, ValueError):
+    """A KB or version id with characters a store cannot use (also a ``ValueError``)."""
 
 
 class ArtifactRejected(ModelStoreError):

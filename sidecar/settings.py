@@ -95,6 +95,7 @@ class WebSettings(_Section):
 class ExplainSettings(_Section):
     """The black-box LLM behind rule mining (any OpenAI-compatible endpoint)."""
 
+    enabled: bool = Field(False, description="run the explanation agent on the audit topic")
     base_url: str = "http://127.0.0.1:8000/v1"
     model: str = "local"
     api_key: SecretStr | None = None
@@ -107,6 +108,8 @@ class ExplainSettings(_Section):
     timeout_s: float = Field(60.0, gt=0)
     max_retries: int = Field(4, ge=0)
     cache_dir: Path | None = None
+    backoff_s: float = Field(default=0.5, gt=0, description="first retry wait, doubled per retry")
+    max_sources: int = Field(default=12, ge=1, le=20, description="most sources per request")
 
 
 class LogSettings(_Section):

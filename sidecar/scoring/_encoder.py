@@ -21,7 +21,9 @@ from sidecar.errors import ConfigError
 log = logging.getLogger(__name__)
 
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"
-_DEFAULT_ALIASES = frozenset({"default", DEFAULT_ENCODER, f"sentence-transformers/{DEFAULT_ENCODER}"})
+_DEFAULT_ALIASES = frozenset(
+    {"default", DEFAULT_ENCODER, f"sentence-transformers/{DEFAULT_ENCODER}"}
+)
 
 
 @runtime_checkable
@@ -71,7 +73,9 @@ class SentenceTransformerEncoder:
         torch intra-op threads; None leaves torch's default.
     """
 
-    def __init__(self, name: str = DEFAULT_ENCODER, *, device: str = "cpu", threads: int | None = None):
+    def __init__(
+        self, name: str = DEFAULT_ENCODER, *, device: str = "cpu", threads: int | None = None
+    ):
         self._name, self._path = resolve_encoder_path(name)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -1,0 +1,113 @@
+{{/* Chart name, truncated to the 63 characters of a DNS label. */}}
+{{- define "ood-sidecar.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Fully qualified app name: <release>-<chart> unless the release already contains it. */}}
+{{- define "ood-sidecar.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "ood-sidecar.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "ood-sidecar.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "ood-sidecar.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* Selects the worker pods only (not the retraining job's pods). */}}
+{{- define "ood-sidecar.workerSelectorLabels" -}}
+{{ include "ood-sidecar.selectorLabels" . }}
+app.kubernetes.io/component: worker
+{{- end }}
+
+{{- define "ood-sidecar.labels" -}}
+helm.sh/chart: {{ include "ood-sidecar.chart" . }}
+{{ include "ood-sidecar.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "ood-sidecar.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "ood-sidecar.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "ood-sidecar.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/* The Secret mounted at /run/secrets/sidecar, or "" when there is none. */}}
+{{- define "ood-sidecar.secretName" -}}
+{{- if .Values.existingSecret }}
+{{- .Values.existingSecret }}
+{{- else if .Values.secret.create }}
+{{- printf "%s-secrets" (include "ood-sidecar.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{/* Directory the secret files are read from (sidecar.settings.DEFAULT_SECRETS_DIR). */}}
+{{- define "ood-sidecar.secretsDir" -}}
+/run/secrets/sidecar
+{{- end }}
+
+{{/* Writable working directory (emptyDir; the root filesystem is read-only). The faust
+data directory lives under /tmp, another emptyDir. */}}
+{{- define "ood-sidecar.dataDir" -}}
+/var/lib/ood-sidecar
+{{- end }}
+
+{{/* Environment shared by the worker and the retraining job. */}}
+{{- define "ood-sidecar.env" -}}
+# The root filesystem is read-only: caches under ~ (matplotlib, embeddings) go to /tmp.
+- name: HOME
+  value: /tmp
+- name: SIDECAR_SECRETS_DIR
+  value: {{ include "ood-sidecar.secretsDir" . | quote }}
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Volumes shared by the worker and the retraining job; call with
+(dict "ctx" $ "tmpSizeLimit" SIZE). */}}
+{{- define "ood-sidecar.volumes" -}}
+- name: tmp
+  emptyDir:
+    sizeLimit: {{ .tmpSizeLimit }}
+- name: data
+  emptyDir:
+    sizeLimit: {{ .ctx.Values.dataSizeLimit }}
+{{- with (include "ood-sidecar.secretName" .ctx) }}
+- name: secrets
+  secret:
+    secretName: {{ . }}
+    defaultMode: 0440
+{{- end }}
+{{- end }}
+
+{{- define "ood-sidecar.volumeMounts" -}}
+- name: tmp
+  mountPath: /tmp
+- name: data
+  mountPath: {{ include "ood-sidecar.dataDir" . }}
+{{- if (include "ood-sidecar.secretName" .) }}
+- name: secrets
+  mountPath: {{ include "ood-sidecar.secretsDir" . }}
+  readOnly: true
+{{- end }}
+{{- end }}

@@ -1,0 +1,355 @@
+"""A directory-backed store: single machine, air-gapped transfer, no server.
+
+Layout under ``root``::
+
+    KB/versions/V/manifest.json    the (signed) manifest
+    KB/versions/V/arrays.npz       the arrays
+    KB/versions/V/meta.json        stored_at, size, sha256 of arrays.npz
+    KB/state.json                  {"active", "history" (newest first), "seq"}
+    KB/events.jsonl                append-only event log, one JSON object per line
+    KB/.lock                       flock'ed by every writer of the KB
+
+A version is written into a temporary directory and renamed into place, so it is listed
+only when whole. ``state.json`` is replaced atomically (write temp + ``os.replace``);
+writers of one KB serialise on an exclusive ``fcntl.flock``, across threads and processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from model_store._artifact import ARRAYS_FILE, MANIFEST_FILE, Artifact, encode
+from model_store._errors import ArtifactCorrupt, ArtifactNotFound, StoreUnavailable
+from model_store._store import (
+    HISTORY_MAX,
+    StoreEvent,
+    VersionInfo,
+    check_kb,
+    check_version,
+    verified_artifact,
+)
+
+log = logging.getLogger(__name__)
+
+META_FILE = "meta.json"
+_TMP = ".tmp-"
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f"{_TMP}{path.name}.{uuid.uuid4().hex}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class DirectoryStore:
+    """Filesystem store with the same interface and contract as :class:`RedisStore`.
+
+    Parameters
+    ----------
+    root : path
+        Created if missing.
+    hmac_key : bytes, optional
+        Sign manifests on :meth:`put`; require a valid signature on :meth:`get`.
+    retention : int
+        Versions kept per KB by :meth:`gc` (the active and previous ones always).
+    """
+
+    def __init__(
+        self, root: str | Path, *, hmac_key: bytes | None = None, retention: int = 10
+    ) -> None:
+        self.root = Path(root)
+        self.hmac_key = hmac_key or None
+        self.retention = retention
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot create store directory {self.root}: {exc}") from exc
+
+    def __repr__(self) -> str:
+        return f"DirectoryStore({str(self.root)!r})"
+
+    # -- paths and state ------------------------------------------------------------------
+
+    def _kb_dir(self, kb: str) -> Path:
+        return self.root / check_kb(kb)
+
+    def _version_dir(self, kb: str, version: str) -> Path:
+        return self._kb_dir(kb) / "versions" / check_version(version)
+
+    @contextlib.contextmanager
+    def _locked(self, kb: str) -> Iterator[Path]:
+        d = self._kb_dir(kb)
+        d.mkdir(parents=True, exist_ok=True)
+        with open(d / ".lock", "a+b") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            try:
+                yield d
+            finally:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+    def _state(self, kb: str) -> dict[str, Any]:
+        try:
+            state = json.loads((self._kb_dir(kb) / "state.json").read_bytes())
+        except FileNotFoundError:
+            return {"active": None, "history": [], "seq": 0}
+        except ValueError as exc:
+            raise ArtifactCorrupt(f"{self._kb_dir(kb)}/state.json is unreadable") from exc
+        return dict(state)
+
+    def _append_event(
+        self,
+        d: Path,
+        state: dict[str, Any],
+        kb: str,
+        version: str,
+        previous: str | None,
+        action: str,
+    ) -> StoreEvent:
+        state["seq"] = int(state.get("seq", 0)) + 1
+        event = StoreEvent(str(state["seq"]), kb, version, previous, action, time.time())
+        _write_atomic(d / "state.json", json.dumps(state).encode())
+        with open(d / "events.jsonl", "ab") as f:
+            f.write(json.dumps(event.to_json()).encode() + b"\n")
+            f.flush()
+            os.fsync(f.fileno())
+        return event
+
+    # -- versions -------------------------------------------------------------------------
+
+    def put(self, artifact: Artifact) -> str:
+        kb, version = check_kb(artifact.kb), artifact.version
+        target = self._version_dir(kb, version)
+        if target.is_dir():
+            return version
+        manifest_bytes, arrays_bytes = encode(artifact.signed(self.hmac_key))
+        meta = {
+            "stored_at": time.time(),
+            "size": len(arrays_bytes),
+            "sha256": hashlib.sha256(arrays_bytes).hexdigest(),
+        }
+        with self._locked(kb) as d:
+            if target.is_dir():
+                return version
+            tmp = d / "versions" / f"{_TMP}{version}.{uuid.uuid4().hex}"
+            tmp.mkdir(parents=True)
+            (tmp / ARRAYS_FILE).write_bytes(arrays_bytes)
+            (tmp / MANIFEST_FILE).write_bytes(manifest_bytes)
+            (tmp / META_FILE).write_text(json.dumps(meta))
+            os.rename(tmp, target)  # listed from here on
+        log.info("stored version %s of KB %s in %s", version, kb, self.root)
+        return version
+
+    def _read(self, kb: str, version: str) -> tuple[bytes, dict[str, Any], Path]:
+        vdir = self._version_dir(kb, version)
+        if not vdir.is_dir():
+            raise ArtifactNotFound(f"KB {kb!r} has no version {version!r}")
+        try:
+            manifest_bytes = (vdir / MANIFEST_FILE).read_bytes()
+            meta = json.loads((vdir / META_FILE).read_bytes())
+        except (OSError, ValueError) as exc:
+            raise ArtifactCorrupt(f"version {version} of KB {kb!r} is unreadable: {exc}") from exc
+        return manifest_bytes, meta, vdir
+
+    def get(
+        self, kb: str, version: str, *, expected_encoder: Mapping[str, Any] | None = None
+    ) -> Artifact:
+        manifest_bytes, meta, vdir = self._read(kb, version)
+        try:
+            data = (vdir / ARRAYS_FILE).read_bytes()
+        except OSError as exc:
+            raise ArtifactCorrupt(f"version {version} of KB {kb!r}: {exc}") from exc
+        return verified_artifact(
+            kb,
+            version,
+            manifest_bytes,
+            data,
+            meta,
+            hmac_key=self.hmac_key,
+            expected_encoder=expected_encoder,
+        )
+
+    def info(self, kb: str, version: str) -> VersionInfo:
+        manifest_bytes, meta, _ = self._read(kb, version)
+        try:
+            manifest = json.loads(manifest_bytes)
+        except ValueError as exc:
+            raise ArtifactCorrupt(f"version {version} of KB {kb!r}: bad manifest") from exc
+        return VersionInfo(
+            kb, version, float(meta.get("stored_at", 0)), int(meta.get("size", 0)), manifest
+        )
+
+    def manifest(self, kb: str, version: str) -> dict[str, Any]:
+        return dict(self.info(kb, version).manifest)
+
+    def versions(self, kb: str) -> list[str]:
+        vroot = self._kb_dir(kb) / "versions"
+        if not vroot.is_dir():
+            return []
+        found: list[tuple[float, str]] = []
+        for p in vroot.iterdir():
+            if p.name.startswith(_TMP) or not p.is_dir():
+                continue
+            try:
+                stored_at = float(json.loads((p / META_FILE).read_bytes())["stored_at"])
+            except (OSError, ValueError, KeyError):
+                continue  # being deleted by gc
+            found.append((stored_at, p.name))
+        return [v for _, v in sorted(found)]
+
+    def kbs(self) -> list[str]:
+        return sorted(
+            p.name for p in self.root.iterdir() if p.is_dir() and (p / "versions").is_dir()
+        )
+
+    # -- pointer --------------------------------------------------------------------------
+
+    def active(self, kb: str) -> str | None:
+        return self._state(kb).get("active")
+
+    def history(self, kb: str) -> list[str]:
+        return list(self._state(kb).get("history", []))
+
+    def previous(self, kb: str) -> str | None:
+        h = self.history(kb)
+        return h[1] if len(h) > 1 else None
+
+    def promote(self, kb: str, version: str) -> StoreEvent | None:
+        check_version(version)
+        with self._locked(kb) as d:
+            if not self._version_dir(kb, version).is_dir():
+                raise ArtifactNotFound(f"KB {kb!r} has no version {version!r} to promote")
+            state = self._state(kb)
+            current = state.get("active")
+            if current == version:
+                return None
+            state["active"] = version
+            state["history"] = [version, *state.get("history", [])][:HISTORY_MAX]
+            event = self._append_event(d, state, kb, version, current, "promote")
+        log.info("promoted KB %s to %s (was %s)", kb, version, current)
+        return event
+
+    def rollback(self, kb: str) -> StoreEvent:
+        with self._locked(kb) as d:
+            state = self._state(kb)
+            history = list(state.get("history", []))
+            if len(history) < 2:
+                raise ArtifactNotFound(f"KB {kb!r} has no previous version to roll back to")
+            current, target = history[0], history[1]
+            if not self._version_dir(kb, target).is_dir():
+                raise ArtifactNotFound(f"KB {kb!r}: previous version {target} is gone")
+            state["active"], state["history"] = target, history[1:]
+            event = self._append_event(d, state, kb, target, current, "rollback")
+        log.info("rolled KB %s back to %s (was %s)", kb, target, current)
+        return event
+
+    def events(self, kb: str, after: str | None = None) -> list[StoreEvent]:
+        path = self._kb_dir(kb) / "events.jsonl"
+        try:
+            lines = path.read_bytes().split(b"\n")
+        except FileNotFoundError:
+            return []
+        start = int(after) if after else 0
+        out: list[StoreEvent] = []
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue  # a line still being appended
+            if int(e["id"]) > start:
+                out.append(
+                    StoreEvent(
+                        str(e["id"]),
+                        e["kb"],
+                        e["version"],
+                        e.get("previous"),
+                        e["action"],
+                        float(e["ts"]),
+                    )
+                )
+        return out
+
+    # -- retention ------------------------------------------------------------------------
+
+    def gc(self, kb: str) -> list[str]:
+        deleted: list[str] = []
+        with self._locked(kb) as d:
+            state = self._state(kb)
+            history = list(state.get("history", []))
+            protected = set(history[:2])
+            listed = self.versions(kb)
+            for version in listed[: max(0, len(listed) - self.retention)]:
+                if version in protected:
+                    continue
+                vdir = self._version_dir(kb, version)
+                grave = vdir.with_name(f"{_TMP}gc-{version}.{uuid.uuid4().hex}")
+                os.rename(vdir, grave)
+                shutil.rmtree(grave, ignore_errors=True)
+                deleted.append(version)
+            if deleted:
+                state["history"] = [v for v in history if v not in deleted]
+                _write_atomic(d / "state.json", json.dumps(state).encode())
+        if deleted:
+            log.info("gc removed %d versions of KB %s", len(deleted), kb)
+        return deleted
+
+    def close(self) -> None:
+        """Nothing to release (present for the protocol)."""
+
+
+class AsyncDirectoryStore:
+    """Asyncio view of a :class:`DirectoryStore`: file I/O in threads, events by polling."""
+
+    def __init__(self, store: DirectoryStore, *, event_poll_s: float = 0.1) -> None:
+        self.store = store
+        self.event_poll_s = event_poll_s
+
+    def __repr__(self) -> str:
+        return f"AsyncDirectoryStore({str(self.store.root)!r})"
+
+    async def get(
+        self, kb: str, version: str, *, expected_encoder: Mapping[str, Any] | None = None
+    ) -> Artifact:
+        return await asyncio.to_thread(
+            self.store.get, kb, version, expected_encoder=expected_encoder
+        )
+
+    async def active(self, kb: str) -> str | None:
+        return await asyncio.to_thread(self.store.active, kb)
+
+    async def previous(self, kb: str) -> str | None:
+        return await asyncio.to_thread(self.store.previous, kb)
+
+    async def last_event_id(self, kb: str) -> str:
+        events = await asyncio.to_thread(self.store.events, kb)
+        return events[-1].id if events else "0"
+
+    async def wait_events(self, after: Mapping[str, str], timeout_s: float) -> Sequence[StoreEvent]:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            found: list[StoreEvent] = []
+            for kb, last in after.items():
+                found.extend(await asyncio.to_thread(self.store.events, kb, last))
+            remaining = deadline - time.monotonic()
+            if found or remaining <= 0:
+                return found
+            await asyncio.sleep(min(self.event_poll_s, remaining))
+
+    async def close(self) -> None:
+        self.store.close()

@@ -1,0 +1,302 @@
+"""The production store: artifacts in Redis, in chunks, with an atomic active pointer.
+
+See :mod:`model_store._redis_common` for the key layout and the Lua scripts. A version's
+chunks, manifest and metadata are written before the version is listed in the KB's
+``versions`` set, so a reader never sees half a version. Pointer changes are one Lua
+script each (check, move, push history, XADD event). Connection and timeout errors are
+retried with a short exponential backoff by the client, then raised as
+:class:`StoreUnavailable`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+
+from model_store._artifact import Artifact, encode, verify_manifest
+from model_store._errors import ArtifactCorrupt, ArtifactNotFound
+from model_store._redis_common import (
+    EVENTS_MAX,
+    PROMOTE_LUA,
+    ROLLBACK_LUA,
+    UNLIST_LUA,
+    Keys,
+    parse_event,
+    safe_url,
+    script_event,
+    split_chunks,
+    text,
+    translate_errors,
+)
+from model_store._store import (
+    HISTORY_MAX,
+    StoreEvent,
+    VersionInfo,
+    check_kb,
+    check_version,
+    verified_artifact,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CHUNK_BYTES = 4 * 1024 * 1024
+
+
+def redis_retry() -> Retry:
+    """Three retries, 20 ms doubling to 0.5 s, on connection and timeout errors only."""
+    return Retry(ExponentialBackoff(cap=0.5, base=0.02), 3)
+
+
+class RedisStore:
+    """Synchronous Redis store (CLI, training job).
+
+    Parameters
+    ----------
+    url : str
+        ``redis://host:port/db``.
+    password : str, optional
+        Overrides a password in the URL.
+    prefix : str
+        Namespace of every key.
+    hmac_key : bytes, optional
+        Sign manifests on :meth:`put`; require a valid signature on :meth:`get`.
+    retention : int
+        Versions kept per KB by :meth:`gc` (the active and previous ones always).
+    chunk_bytes : int
+        Size of each stored slice of the arrays file.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        password: str | None = None,
+        prefix: str = "oodsc",
+        hmac_key: bytes | None = None,
+        retention: int = 10,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        socket_timeout_s: float = 5.0,
+    ) -> None:
+        self.url = safe_url(url)
+        self.keys = Keys(prefix)
+        self.hmac_key = hmac_key or None
+        self.retention = retention
+        self.chunk_bytes = chunk_bytes
+        kwargs: dict[str, Any] = {
+            "socket_timeout": socket_timeout_s,
+            "socket_connect_timeout": socket_timeout_s,
+            "retry": redis_retry(),
+        }
+        if password:
+            kwargs["password"] = password
+        self.client: redis.Redis = redis.Redis.from_url(url, **kwargs)
+        self._promote = self.client.register_script(PROMOTE_LUA)
+        self._rollback = self.client.register_script(ROLLBACK_LUA)
+        self._unlist = self.client.register_script(UNLIST_LUA)
+
+    def __repr__(self) -> str:
+        return f"RedisStore({self.url!r}, prefix={self.keys.prefix!r})"
+
+    # -- versions -------------------------------------------------------------------------
+
+    def put(self, artifact: Artifact) -> str:
+        kb, version = check_kb(artifact.kb), artifact.version
+        k = self.keys
+        with translate_errors(self.url):
+            if self.client.zscore(k.versions(kb), version) is not None:
+                log.info("version %s of KB %s already stored", version, kb)
+                return version
+            manifest_bytes, arrays_bytes = encode(artifact.signed(self.hmac_key))
+            chunks = split_chunks(arrays_bytes, self.chunk_bytes)
+            pipe = self.client.pipeline(transaction=False)
+            for i, chunk in enumerate(chunks):
+                pipe.set(k.chunk(kb, version, i), chunk)
+            pipe.execute()
+            now = time.time()
+            meta = {
+                "chunks": len(chunks),
+                "size": len(arrays_bytes),
+                "sha256": hashlib.sha256(arrays_bytes).hexdigest(),
+                "stored_at": repr(now),
+            }
+            pipe = self.client.pipeline(transaction=True)
+            pipe.set(k.manifest(kb, version), manifest_bytes)
+            pipe.hset(k.meta(kb, version), mapping=meta)  # type: ignore[arg-type]
+            # Listed last: from here on readers may use the version.
+            pipe.zadd(k.versions(kb), {version: now}, nx=True)
+            pipe.sadd(k.kbs, kb)
+            pipe.execute()
+        log.info(
+            "stored version %s of KB %s (%d bytes, %d chunks)",
+            version,
+            kb,
+            len(arrays_bytes),
+            len(chunks),
+        )
+        return version
+
+    def _require_listed(self, kb: str, version: str) -> None:
+        if self.client.zscore(self.keys.versions(kb), version) is None:
+            raise ArtifactNotFound(f"KB {kb!r} has no version {version!r}")
+
+    def get(
+        self, kb: str, version: str, *, expected_encoder: Mapping[str, Any] | None = None
+    ) -> Artifact:
+        check_kb(kb), check_version(version)
+        k = self.keys
+        with translate_errors(self.url):
+            self._require_listed(kb, version)
+            manifest_bytes, meta = self._manifest_and_meta(kb, version)
+            # Cheap checks (schema, signature, encoder) before fetching the arrays.
+            verify_manifest(
+                manifest_bytes, hmac_key=self.hmac_key, expected_encoder=expected_encoder
+            )
+            n = int(meta.get("chunks", 0))
+            pipe = self.client.pipeline(transaction=False)
+            for i in range(n):
+                pipe.get(k.chunk(kb, version, i))
+            parts = pipe.execute()
+        if any(p is None for p in parts):
+            raise ArtifactCorrupt(f"version {version} of KB {kb!r} is missing chunks")
+        return verified_artifact(
+            kb,
+            version,
+            manifest_bytes,
+            b"".join(parts),
+            meta,
+            hmac_key=self.hmac_key,
+            expected_encoder=expected_encoder,
+        )
+
+    def _manifest_and_meta(self, kb: str, version: str) -> tuple[bytes, dict[str, str]]:
+        k = self.keys
+        pipe = self.client.pipeline(transaction=False)
+        pipe.get(k.manifest(kb, version))
+        pipe.hgetall(k.meta(kb, version))
+        manifest_bytes, raw_meta = pipe.execute()
+        if manifest_bytes is None or not raw_meta:
+            raise ArtifactCorrupt(f"version {version} of KB {kb!r} has no manifest")
+        return manifest_bytes, {text(a): text(b) for a, b in raw_meta.items()}
+
+    def manifest(self, kb: str, version: str) -> dict[str, Any]:
+        return dict(self.info(kb, version).manifest)
+
+    def info(self, kb: str, version: str) -> VersionInfo:
+        check_kb(kb), check_version(version)
+        with translate_errors(self.url):
+            self._require_listed(kb, version)
+            manifest_bytes, meta = self._manifest_and_meta(kb, version)
+        try:
+            manifest = json.loads(manifest_bytes)
+        except ValueError as exc:
+            raise ArtifactCorrupt(f"version {version} of KB {kb!r}: bad manifest") from exc
+        return VersionInfo(
+            kb, version, float(meta.get("stored_at", 0)), int(meta.get("size", 0)), manifest
+        )
+
+    def versions(self, kb: str) -> list[str]:
+        check_kb(kb)
+        with translate_errors(self.url):
+            return [text(v) for v in self.client.zrange(self.keys.versions(kb), 0, -1)]
+
+    def kbs(self) -> list[str]:
+        with translate_errors(self.url):
+            return sorted(text(v) for v in self.client.smembers(self.keys.kbs))
+
+    # -- pointer --------------------------------------------------------------------------
+
+    def active(self, kb: str) -> str | None:
+        check_kb(kb)
+        with translate_errors(self.url):
+            v = self.client.get(self.keys.active(kb))
+        return text(v) if v is not None else None
+
+    def history(self, kb: str) -> list[str]:
+        check_kb(kb)
+        with translate_errors(self.url):
+            return [text(v) for v in self.client.lrange(self.keys.history(kb), 0, -1)]
+
+    def previous(self, kb: str) -> str | None:
+        check_kb(kb)
+        with translate_errors(self.url):
+            v = self.client.lindex(self.keys.history(kb), 1)
+        return text(v) if v is not None else None
+
+    def promote(self, kb: str, version: str) -> StoreEvent | None:
+        check_kb(kb), check_version(version)
+        ts = time.time()
+        with translate_errors(self.url):
+            reply = self._promote(
+                keys=self.keys.pointer_keys(kb),
+                args=[version, repr(ts), kb, HISTORY_MAX, EVENTS_MAX],
+            )
+        status = text(reply[0])
+        if status == "missing":
+            raise ArtifactNotFound(f"KB {kb!r} has no version {version!r} to promote")
+        if status == "noop":
+            return None
+        event = script_event(reply, kb, "promote", ts)
+        log.info("promoted KB %s to %s (was %s)", kb, version, event.previous)
+        return event
+
+    def rollback(self, kb: str) -> StoreEvent:
+        check_kb(kb)
+        ts = time.time()
+        with translate_errors(self.url):
+            reply = self._rollback(keys=self.keys.pointer_keys(kb), args=[repr(ts), kb, EVENTS_MAX])
+        status = text(reply[0])
+        if status == "nohistory":
+            raise ArtifactNotFound(f"KB {kb!r} has no previous version to roll back to")
+        if status == "missing":
+            raise ArtifactNotFound(f"KB {kb!r}: previous version {text(reply[1])} is gone")
+        event = script_event(reply, kb, "rollback", ts)
+        log.info("rolled KB %s back to %s (was %s)", kb, event.version, event.previous)
+        return event
+
+    def events(self, kb: str, after: str | None = None) -> list[StoreEvent]:
+        check_kb(kb)
+        start = f"({after}" if after and after != "0" else "-"
+        with translate_errors(self.url):
+            rows: Any = self.client.xrange(self.keys.events(kb), min=start, max="+")
+        return [parse_event(i, f) for i, f in rows]
+
+    # -- retention ------------------------------------------------------------------------
+
+    def gc(self, kb: str) -> list[str]:
+        check_kb(kb)
+        k = self.keys
+        deleted: list[str] = []
+        with translate_errors(self.url):
+            listed = [text(v) for v in self.client.zrange(k.versions(kb), 0, -1)]
+            for version in listed[: max(0, len(listed) - self.retention)]:
+                if not self._unlist(
+                    keys=[k.versions(kb), k.active(kb), k.history(kb)], args=[version]
+                ):
+                    continue
+                n = int(self.client.hget(k.meta(kb, version), "chunks") or 0)
+                self.client.delete(
+                    k.manifest(kb, version),
+                    k.meta(kb, version),
+                    *(k.chunk(kb, version, i) for i in range(n)),
+                )
+                deleted.append(version)
+        if deleted:
+            log.info("gc removed %d versions of KB %s", len(deleted), kb)
+        return deleted
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> RedisStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,124 @@
+"""The read side of the Redis store for asyncio (the stream processor's model watcher).
+
+Same keys and checks as :class:`model_store.RedisStore`. ``wait_events`` is one
+``XREAD BLOCK`` over the served KBs' streams: every replica reads every event (no
+consumer group), which is what lets all replicas swap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+
+from model_store._artifact import Artifact, verify_manifest
+from model_store._errors import ArtifactCorrupt, ArtifactNotFound
+from model_store._redis_common import Keys, parse_event, safe_url, text, translate_errors
+from model_store._store import StoreEvent, check_kb, check_version, verified_artifact
+
+
+class AsyncRedisStore:
+    """Asyncio Redis store (read side): get, active pointer, event stream.
+
+    Parameters are those of :class:`model_store.RedisStore`.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        password: str | None = None,
+        prefix: str = "oodsc",
+        hmac_key: bytes | None = None,
+        socket_timeout_s: float = 5.0,
+    ) -> None:
+        self.url = safe_url(url)
+        self.keys = Keys(prefix)
+        self.hmac_key = hmac_key or None
+        self.socket_timeout_s = socket_timeout_s
+        kwargs: dict[str, Any] = {
+            "socket_timeout": socket_timeout_s,
+            "socket_connect_timeout": socket_timeout_s,
+            "retry": Retry(ExponentialBackoff(cap=0.5, base=0.02), 3),
+        }
+        if password:
+            kwargs["password"] = password
+        self.client: aioredis.Redis = aioredis.Redis.from_url(url, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"AsyncRedisStore({self.url!r}, prefix={self.keys.prefix!r})"
+
+    async def get(
+        self, kb: str, version: str, *, expected_encoder: Mapping[str, Any] | None = None
+    ) -> Artifact:
+        check_kb(kb), check_version(version)
+        k = self.keys
+        with translate_errors(self.url):
+            if await self.client.zscore(k.versions(kb), version) is None:
+                raise ArtifactNotFound(f"KB {kb!r} has no version {version!r}")
+            pipe = self.client.pipeline(transaction=False)
+            pipe.get(k.manifest(kb, version))
+            pipe.hgetall(k.meta(kb, version))
+            manifest_bytes, raw_meta = await pipe.execute()
+            if manifest_bytes is None or not raw_meta:
+                raise ArtifactCorrupt(f"version {version} of KB {kb!r} has no manifest")
+            meta = {text(a): text(b) for a, b in raw_meta.items()}
+            verify_manifest(
+                manifest_bytes, hmac_key=self.hmac_key, expected_encoder=expected_encoder
+            )
+            pipe = self.client.pipeline(transaction=False)
+            for i in range(int(meta.get("chunks", 0))):
+                pipe.get(k.chunk(kb, version, i))
+            parts = await pipe.execute()
+        if any(p is None for p in parts):
+            raise ArtifactCorrupt(f"version {version} of KB {kb!r} is missing chunks")
+        # Hashing every array takes a while for big models: keep it off the event loop.
+        return await asyncio.to_thread(
+            verified_artifact,
+            kb,
+            version,
+            manifest_bytes,
+            b"".join(parts),
+            meta,
+            hmac_key=self.hmac_key,
+            expected_encoder=expected_encoder,
+        )
+
+    async def active(self, kb: str) -> str | None:
+        check_kb(kb)
+        with translate_errors(self.url):
+            v = await self.client.get(self.keys.active(kb))
+        return text(v) if v is not None else None
+
+    async def previous(self, kb: str) -> str | None:
+        check_kb(kb)
+        with translate_errors(self.url):
+            v = await self.client.lindex(self.keys.history(kb), 1)
+        return text(v) if v is not None else None
+
+    async def last_event_id(self, kb: str) -> str:
+        check_kb(kb)
+        with translate_errors(self.url):
+            rows = await self.client.xrevrange(self.keys.events(kb), count=1)
+        return text(rows[0][0]) if rows else "0"
+
+    async def wait_events(self, after: Mapping[str, str], timeout_s: float) -> Sequence[StoreEvent]:
+        if not after:
+            await asyncio.sleep(timeout_s)
+            return []
+        # Block for less than the socket timeout, or the read itself would time out.
+        block_ms = max(1, int(min(timeout_s, self.socket_timeout_s / 2) * 1000))
+        streams = {self.keys.events(check_kb(kb)): (i or "0") for kb, i in after.items()}
+        with translate_errors(self.url):
+            reply: Any = await self.client.xread(streams, block=block_ms)  # type: ignore[arg-type]
+        events: list[StoreEvent] = []
+        for _key, rows in reply or []:
+            events.extend(parse_event(i, f) for i, f in rows)
+        return events
+
+    async def close(self) -> None:
+        await self.client.aclose()

@@ -1,0 +1,183 @@
+"""Key layout, Lua scripts and reply parsing shared by the sync and async Redis stores.
+
+Keys (``P`` is the configured prefix, ``KB`` the KB id, ``V`` a version id)::
+
+    P:kbs                      set      KBs that have at least one version
+    P:kb:KB:versions           zset     V -> stored_at; a version is listed only when whole
+    P:kb:KB:v:V:manifest       string   canonical manifest JSON (signed when a key is set)
+    P:kb:KB:v:V:meta           hash     chunks, size, sha256 (of the npz bytes), stored_at
+    P:kb:KB:v:V:chunk:I        string   I-th slice of the npz bytes (``chunk_bytes`` each)
+    P:kb:KB:active             string   the version in service
+    P:kb:KB:history            list     versions that were active, newest first
+    P:kb:KB:events             stream   {kb, version, previous, action, ts} per pointer change
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import redis.exceptions
+
+from model_store._errors import ModelStoreError, StoreUnavailable
+from model_store._store import StoreEvent
+
+# Approximate number of events kept per KB stream (XADD MAXLEN ~).
+EVENTS_MAX = 10_000
+
+# Promote: move the active pointer to ARGV[1], push it on the history, log an event.
+# KEYS[1] versions zset of the KB   (membership = "fully written")
+# KEYS[2] active pointer            (string)
+# KEYS[3] history list              (newest first)
+# KEYS[4] event stream of the KB
+# ARGV[1] version to activate
+# ARGV[2] unix time of the change, seconds as text
+# ARGV[3] KB id (copied into the event)
+# ARGV[4] history entries kept
+# ARGV[5] approximate stream length kept
+# Returns {'missing'} | {'noop', cur} | {'ok', version, previous_or_empty, event_id}
+PROMOTE_LUA = """
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return {'missing'} end
+local cur = redis.call('GET', KEYS[2])
+if cur == ARGV[1] then return {'noop', cur} end
+if not cur then cur = '' end
+redis.call('SET', KEYS[2], ARGV[1])
+redis.call('LPUSH', KEYS[3], ARGV[1])
+redis.call('LTRIM', KEYS[3], 0, tonumber(ARGV[4]) - 1)
+local id = redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[5], '*',
+    'kb', ARGV[3], 'version', ARGV[1], 'previous', cur, 'action', 'promote', 'ts', ARGV[2])
+return {'ok', ARGV[1], cur, id}
+"""
+
+# Rollback: pop the history and point at the version below.
+# KEYS[1..4] as for PROMOTE_LUA
+# ARGV[1] unix time of the change, seconds as text
+# ARGV[2] KB id (copied into the event)
+# ARGV[3] approximate stream length kept
+# Returns {'nohistory'} | {'missing', prev} | {'ok', version, previous, event_id}
+ROLLBACK_LUA = """
+local cur = redis.call('LINDEX', KEYS[3], 0)
+local prev = redis.call('LINDEX', KEYS[3], 1)
+if not prev then return {'nohistory'} end
+if not redis.call('ZSCORE', KEYS[1], prev) then return {'missing', prev} end
+redis.call('LPOP', KEYS[3])
+redis.call('SET', KEYS[2], prev)
+local id = redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[3], '*',
+    'kb', ARGV[2], 'version', prev, 'previous', cur, 'action', 'rollback', 'ts', ARGV[1])
+return {'ok', prev, cur, id}
+"""
+
+# Unlist one version unless it is the active or the previous one.
+# KEYS[1] versions zset, KEYS[2] active pointer, KEYS[3] history list
+# ARGV[1] version to unlist
+# Returns 1 when unlisted (its data keys may then be deleted), 0 when protected.
+UNLIST_LUA = """
+if redis.call('GET', KEYS[2]) == ARGV[1] then return 0 end
+if redis.call('LINDEX', KEYS[3], 1) == ARGV[1] then return 0 end
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('LREM', KEYS[3], 0, ARGV[1])
+return 1
+"""
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Redis key names for one prefix."""
+
+    prefix: str
+
+    @property
+    def kbs(self) -> str:
+        return f"{self.prefix}:kbs"
+
+    def kb(self, kb: str) -> str:
+        return f"{self.prefix}:kb:{kb}"
+
+    def versions(self, kb: str) -> str:
+        return f"{self.kb(kb)}:versions"
+
+    def active(self, kb: str) -> str:
+        return f"{self.kb(kb)}:active"
+
+    def history(self, kb: str) -> str:
+        return f"{self.kb(kb)}:history"
+
+    def events(self, kb: str) -> str:
+        return f"{self.kb(kb)}:events"
+
+    def manifest(self, kb: str, version: str) -> str:
+        return f"{self.kb(kb)}:v:{version}:manifest"
+
+    def meta(self, kb: str, version: str) -> str:
+        return f"{self.kb(kb)}:v:{version}:meta"
+
+    def chunk(self, kb: str, version: str, i: int) -> str:
+        return f"{self.kb(kb)}:v:{version}:chunk:{i}"
+
+    def pointer_keys(self, kb: str) -> list[str]:
+        """KEYS[1..4] of the promote and rollback scripts."""
+        return [self.versions(kb), self.active(kb), self.history(kb), self.events(kb)]
+
+    def kb_from_events_key(self, key: str) -> str:
+        return key[len(self.prefix) + len(":kb:") : -len(":events")]
+
+
+def text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def opt_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    s = text(value)
+    return s or None
+
+
+def parse_event(event_id: Any, fields: Mapping[Any, Any]) -> StoreEvent:
+    f = {text(k): text(v) for k, v in fields.items()}
+    return StoreEvent(
+        id=text(event_id),
+        kb=f.get("kb", ""),
+        version=f.get("version", ""),
+        previous=f.get("previous") or None,
+        action=f.get("action", ""),
+        ts=float(f.get("ts", "0") or 0),
+    )
+
+
+def script_event(reply: list[Any], kb: str, action: str, ts: float) -> StoreEvent:
+    """Build the event from an ``{'ok', version, previous, id}`` script reply."""
+    return StoreEvent(
+        id=text(reply[3]),
+        kb=kb,
+        version=text(reply[1]),
+        previous=opt_text(reply[2]),
+        action=action,
+        ts=ts,
+    )
+
+
+def split_chunks(data: bytes, chunk_bytes: int) -> list[bytes]:
+    """Slice ``data`` into pieces of at most ``chunk_bytes`` (at least one piece)."""
+    return [data[i : i + chunk_bytes] for i in range(0, len(data), chunk_bytes)] or [b""]
+
+
+@contextlib.contextmanager
+def translate_errors(url: str) -> Iterator[None]:
+    """Turn redis-py errors into the store's own (works around ``await`` too)."""
+    try:
+        yield
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+        raise StoreUnavailable(f"Redis at {url} is unreachable: {exc}") from exc
+    except redis.exceptions.RedisError as exc:
+        raise ModelStoreError(f"Redis at {url} failed: {exc}") from exc
+
+
+def safe_url(url: str) -> str:
+    """``url`` without a password, for messages and logs."""
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        return f"{scheme}://***@{rest.split('@', 1)[1]}"
+    return url

@@ -1,0 +1,197 @@
+"""What every model store offers: the sync and async protocols and the event record.
+
+A store holds immutable artifact versions per knowledge base (KB), a per-KB ``active``
+pointer, the stack of versions that were active (``history``, newest first, so
+``history[0]`` is the active version and ``history[1]`` the previous one) and an ordered,
+replayable event log of pointer changes.
+
+``promote(kb, v)`` pushes ``v`` on the history stack; ``rollback(kb)`` pops it, so the
+active version returns to the one before; a second rollback walks one further back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from model_store._artifact import Artifact, decode
+from model_store._errors import ArtifactCorrupt, InvalidName
+
+Action = Literal["promote", "rollback"]
+
+# KB ids end up in Redis keys and directory names: keep them plain.
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+# Version ids are 16 hex digits (``Artifact.version``).
+_VERSION = re.compile(r"^[0-9a-f]{16}$")
+
+# History entries kept per KB; far more than rollback ever needs.
+HISTORY_MAX = 100
+
+
+def check_kb(kb: str) -> str:
+    """Return ``kb`` if it is a valid KB id, else raise :class:`InvalidName`."""
+    if not isinstance(kb, str) or not _NAME.match(kb) or ".." in kb:
+        raise InvalidName(f"invalid KB id {kb!r}: use letters, digits, '_', '-', '.'")
+    return kb
+
+
+def check_version(version: str) -> str:
+    """Return ``version`` if it looks like a version id, else raise :class:`InvalidName`."""
+    if not isinstance(version, str) or not _VERSION.match(version):
+        raise InvalidName(f"invalid version id {version!r}: expected 16 hex digits")
+    return version
+
+
+def verified_artifact(
+    kb: str,
+    version: str,
+    manifest_bytes: bytes,
+    arrays_bytes: bytes,
+    meta: Mapping[str, Any],
+    *,
+    hmac_key: bytes | None,
+    expected_encoder: Mapping[str, Any] | None,
+) -> Artifact:
+    """Check the stored bytes against their recorded size and sha256, decode, and check that
+    the content still hashes to ``version`` and names ``kb`` (a rewritten manifest does not).
+    """
+    where = f"version {version} of KB {kb!r}"
+    if len(arrays_bytes) != int(meta.get("size", -1)):
+        raise ArtifactCorrupt(
+            f"{where}: arrays have {len(arrays_bytes)} bytes, not {meta.get('size')}"
+        )
+    if hashlib.sha256(arrays_bytes).hexdigest() != meta.get("sha256"):
+        raise ArtifactCorrupt(f"{where}: arrays checksum mismatch")
+    artifact = decode(
+        manifest_bytes, arrays_bytes, hmac_key=hmac_key, expected_encoder=expected_encoder
+    )
+    if artifact.version != version or artifact.kb != kb:
+        raise ArtifactCorrupt(f"{where}: content hashes to {artifact.kb}/{artifact.version}")
+    return artifact
+
+
+@dataclass(frozen=True)
+class StoreEvent:
+    """One change of a KB's active pointer.
+
+    Attributes
+    ----------
+    id : str
+        Position in the KB's event log (a Redis stream id, or a sequence number for the
+        directory store); opaque, pass it back as ``events(kb, after=id)``.
+    kb, version : str
+        The KB and the version that became active.
+    previous : str or None
+        The version that was active before.
+    action : {"promote", "rollback"}
+    ts : float
+        Unix time (seconds) of the change.
+    """
+
+    id: str
+    kb: str
+    version: str
+    previous: str | None
+    action: str
+    ts: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kb": self.kb,
+            "version": self.version,
+            "previous": self.previous,
+            "action": self.action,
+            "ts": self.ts,
+        }
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    """A stored version as listed: its manifest plus when and how big it was stored."""
+
+    kb: str
+    version: str
+    stored_at: float
+    size_bytes: int
+    manifest: Mapping[str, Any]
+
+
+@runtime_checkable
+class ModelStore(Protocol):
+    """Synchronous store, used by the CLI and the training job."""
+
+    def put(self, artifact: Artifact) -> str:
+        """Store ``artifact`` (signed when a key is configured); return its version.
+
+        Idempotent: the version id is derived from the content.
+        """
+        ...
+
+    def get(
+        self, kb: str, version: str, *, expected_encoder: Mapping[str, Any] | None = None
+    ) -> Artifact:
+        """Read, verify (checksums, signature, schema, encoder) and return a version."""
+        ...
+
+    def manifest(self, kb: str, version: str) -> dict[str, Any]: ...
+
+    def info(self, kb: str, version: str) -> VersionInfo: ...
+
+    def versions(self, kb: str) -> list[str]:
+        """Stored versions of ``kb``, oldest first."""
+        ...
+
+    def kbs(self) -> list[str]: ...
+
+    def active(self, kb: str) -> str | None: ...
+
+    def previous(self, kb: str) -> str | None: ...
+
+    def history(self, kb: str) -> list[str]:
+        """Versions that were active, newest first (``[0]`` is the active one)."""
+        ...
+
+    def promote(self, kb: str, version: str) -> StoreEvent | None:
+        """Make ``version`` active; ``None`` when it already was (nothing changes)."""
+        ...
+
+    def rollback(self, kb: str) -> StoreEvent:
+        """Return to the version that was active before the current one."""
+        ...
+
+    def events(self, kb: str, after: str | None = None) -> list[StoreEvent]:
+        """Pointer changes of ``kb`` in order, those after event id ``after`` only."""
+        ...
+
+    def gc(self, kb: str) -> list[str]:
+        """Delete versions beyond the retention setting; never the active or previous."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class AsyncModelStore(Protocol):
+    """The read side the stream processor needs, for asyncio."""
+
+    async def get(
+        self, kb: str, version: str, *, expected_encoder: Mapping[str, Any] | None = None
+    ) -> Artifact: ...
+
+    async def active(self, kb: str) -> str | None: ...
+
+    async def previous(self, kb: str) -> str | None: ...
+
+    async def last_event_id(self, kb: str) -> str:
+        """The id of the newest event of ``kb`` (``"0"`` when there is none)."""
+        ...
+
+    async def wait_events(self, after: Mapping[str, str], timeout_s: float) -> Sequence[StoreEvent]:
+        """Events after ``after[kb]`` for each KB, waiting up to ``timeout_s`` for one."""
+        ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,61 @@
+"""Open the configured model store (Redis or a directory) from the process settings."""
+
+from __future__ import annotations
+
+from model_store import (
+    AsyncDirectoryStore,
+    AsyncModelStore,
+    AsyncRedisStore,
+    DirectoryStore,
+    ModelStore,
+    RedisStore,
+)
+from sidecar.settings import Settings
+
+
+def _hmac_key(settings: Settings) -> bytes | None:
+    key = settings.store.hmac_key
+    return key.get_secret_value().encode() if key is not None else None
+
+
+def _password(settings: Settings) -> str | None:
+    pw = settings.redis.password
+    return pw.get_secret_value() if pw is not None else None
+
+
+def open_store(settings: Settings) -> ModelStore:
+    """The synchronous store named by ``settings.store.backend`` (CLI, training)."""
+    if settings.store.backend == "directory":
+        return DirectoryStore(
+            settings.store.directory,
+            hmac_key=_hmac_key(settings),
+            retention=settings.store.retention,
+        )
+    return RedisStore(
+        settings.redis.url,
+        password=_password(settings),
+        prefix=settings.redis.key_prefix,
+        hmac_key=_hmac_key(settings),
+        retention=settings.store.retention,
+        chunk_bytes=settings.store.chunk_bytes,
+        socket_timeout_s=settings.redis.socket_timeout_s,
+    )
+
+
+def open_async_store(settings: Settings) -> AsyncModelStore:
+    """The asyncio read side of the configured store (the stream processor's watcher)."""
+    if settings.store.backend == "directory":
+        return AsyncDirectoryStore(
+            DirectoryStore(
+                settings.store.directory,
+                hmac_key=_hmac_key(settings),
+                retention=settings.store.retention,
+            )
+        )
+    return AsyncRedisStore(
+        settings.redis.url,
+        password=_password(settings),
+        prefix=settings.redis.key_prefix,
+        hmac_key=_hmac_key(settings),
+        socket_timeout_s=settings.redis.socket_timeout_s,
+    )

@@ -1,0 +1,43 @@
+"""Rule-based explanations of RAG answers: exact minimal retention and omission rules.
+
+For a query with retrieved sources, a black-box LLM answers with any subset of the
+sources kept; a predicate judges each answer. :func:`explain` mines the minimal rules
+with :class:`MonoMiner` or :class:`DualMiner` over a pruned subset lattice.
+"""
+
+from sidecar.explain._agent import register_explain_agent
+from sidecar.explain._client import AnswerCache, BlackBox, ChatCompletionsClient
+from sidecar.explain._evaluate import EvaluatorStats, SubsetEvaluator
+from sidecar.explain._explain import Explanation, explain
+from sidecar.explain._fakellm import FakeChatLLM
+from sidecar.explain._lattice import RULE_TYPES, RuleType, brute_force_rules
+from sidecar.explain._local import LocalSmolLM2, local_model_available
+from sidecar.explain._miner import DualMiner, FamilyResult, MiningReport, MonoMiner
+from sidecar.explain._predicates import Predicate, parse_predicate
+from sidecar.explain._prompt import Source, build_messages, load_sources
+
+__all__ = [
+    "RULE_TYPES",
+    "AnswerCache",
+    "BlackBox",
+    "ChatCompletionsClient",
+    "DualMiner",
+    "EvaluatorStats",
+    "Explanation",
+    "FakeChatLLM",
+    "FamilyResult",
+    "LocalSmolLM2",
+    "MiningReport",
+    "MonoMiner",
+    "Predicate",
+    "RuleType",
+    "Source",
+    "SubsetEvaluator",
+    "brute_force_rules",
+    "build_messages",
+    "explain",
+    "load_sources",
+    "local_model_available",
+    "parse_predicate",
+    "register_explain_agent",
+]

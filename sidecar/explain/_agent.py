@@ -1,0 +1,220 @@
+"""The explanation agent: requests from the audit topic, rules to the results topic.
+
+Request (``kafka.audit_topic``), JSON::
+
+    {"request_id": str, "query": str, "sources": [{"id": str, "text": str}, ...],
+     "predicate": "contains:Paris", "rules": ["retention", "omission"]?,
+     "miner": "dual"|"mono"?, "votes": int?}
+
+Result (``kafka.explanations_topic``, keyed by ``request_id``)::
+
+    {"request_id", "predicate", "black_box", "votes", "n_sources", "source_ids",
+     "rules": {"retention": [[id, ...], ...], "omission": [...]},
+     "answer_all_sources", "answer_no_sources", "stats": {...}, "ts"}
+
+Bad requests go to ``kafka.dlq_topic`` in the scoring path's dead-letter shape
+``{"reason", "detail", "payload", "payload_encoding", "topic", "partition", "offset",
+"model_version", "ts"}`` with one of the reason codes below. Requests are handled one at a
+time per worker; each one's black-box calls run concurrently up to ``explain.concurrency``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from sidecar.errors import BlackBoxError, ConfigError, DataError
+from sidecar.explain._client import BlackBox, ChatCompletionsClient
+from sidecar.explain._explain import explain
+from sidecar.explain._lattice import RULE_TYPES, RuleType
+from sidecar.explain._predicates import Predicate, parse_predicate
+from sidecar.explain._prompt import Source, sources_from_records
+from sidecar.settings import Settings
+
+log = logging.getLogger(__name__)
+
+# Reason codes of explanation requests on the dead-letter topic.
+INVALID_JSON = "explain_invalid_json"  # not UTF-8 JSON, or not an object
+BAD_REQUEST = "explain_bad_request"  # a field is missing or has the wrong type
+BAD_PREDICATE = "explain_bad_predicate"  # the predicate spec does not parse
+TOO_MANY_SOURCES = "explain_too_many_sources"  # over explain.max_sources
+BLACK_BOX_FAILED = "explain_black_box_failed"  # the LLM failed after its retries
+
+REASONS = (INVALID_JSON, BAD_REQUEST, BAD_PREDICATE, TOO_MANY_SOURCES, BLACK_BOX_FAILED)
+
+
+class _Rejected(Exception):
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class ExplainRequest:
+    request_id: str
+    query: str
+    sources: list[Source]
+    predicate: str
+    rules: tuple[RuleType, ...]
+    miner: str
+    votes: int
+
+
+def parse_request(value: bytes | None, settings: Settings) -> ExplainRequest:
+    """Validate one request (pure: no I/O); raises ``_Rejected`` with a reason code."""
+    try:
+        doc = json.loads(value or b"")
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _Rejected(INVALID_JSON, f"not JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise _Rejected(INVALID_JSON, "the request must be a JSON object")
+    rid, query, spec = doc.get("request_id"), doc.get("query"), doc.get("predicate")
+    if not isinstance(rid, str) or not rid:
+        raise _Rejected(BAD_REQUEST, "'request_id' must be a non-empty string")
+    if not isinstance(query, str) or not query.strip():
+        raise _Rejected(BAD_REQUEST, "'query' must be a non-empty string")
+    if not isinstance(spec, str):
+        raise _Rejected(BAD_PREDICATE, "'predicate' must be a spec string like contains:Paris")
+    raw_sources = doc.get("sources")
+    if not isinstance(raw_sources, list) or not raw_sources:
+        raise _Rejected(BAD_REQUEST, "'sources' must be a non-empty list of {id, text}")
+    if len(raw_sources) > settings.explain.max_sources:
+        raise _Rejected(
+            TOO_MANY_SOURCES,
+            f"{len(raw_sources)} sources > explain.max_sources={settings.explain.max_sources}",
+        )
+    try:
+        sources = sources_from_records(raw_sources)
+    except DataError as exc:
+        raise _Rejected(BAD_REQUEST, str(exc)) from exc
+    rules = doc.get("rules", list(RULE_TYPES))
+    if not isinstance(rules, list) or not rules or any(r not in RULE_TYPES for r in rules):
+        raise _Rejected(BAD_REQUEST, f"'rules' must be a non-empty subset of {list(RULE_TYPES)}")
+    miner = doc.get("miner", "dual")
+    if miner not in ("mono", "dual"):
+        raise _Rejected(BAD_REQUEST, "'miner' must be 'mono' or 'dual'")
+    votes = doc.get("votes", settings.explain.votes)
+    if not isinstance(votes, int) or isinstance(votes, bool) or not 1 <= votes <= 15:
+        raise _Rejected(BAD_REQUEST, "'votes' must be an integer in 1..15")
+    return ExplainRequest(rid, query, sources, spec, tuple(rules), miner, votes)
+
+
+def _payload(value: bytes | None) -> tuple[str | None, str]:
+    if value is None:
+        return None, "none"
+    try:
+        return value.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        return base64.b64encode(value).decode("ascii"), "base64"
+
+
+def dead_letter(
+    value: bytes | None, topic: str, partition: int, offset: int, reason: str, detail: str
+) -> dict[str, Any]:
+    """The dead-letter record of a request, in the scoring path's shape."""
+    payload, encoding = _payload(value)
+    return {
+        "reason": reason,
+        "detail": detail,
+        "payload": payload,
+        "payload_encoding": encoding,
+        "topic": topic,
+        "partition": partition,
+        "offset": offset,
+        "model_version": None,
+        "ts": int(time.time() * 1000),
+    }
+
+
+def _dumps(doc: dict[str, Any]) -> bytes:
+    return json.dumps(doc, separators=(",", ":"), default=str).encode("utf-8")
+
+
+class ExplainHandler:
+    """Turns one raw request into ``(topic, key, value)`` to send; no Kafka inside."""
+
+    def __init__(self, settings: Settings, black_box: BlackBox | None = None) -> None:
+        self.settings = settings
+        self._black_box = black_box
+
+    @property
+    def black_box(self) -> BlackBox:
+        if self._black_box is None:  # built on first use, inside the running loop
+            self._black_box = ChatCompletionsClient(self.settings.explain)
+        return self._black_box
+
+    async def handle(
+        self, value: bytes | None, topic: str, partition: int, offset: int
+    ) -> tuple[str, bytes | None, bytes]:
+        k = self.settings.kafka
+        try:
+            req = parse_request(value, self.settings)
+            try:
+                predicate: Predicate = parse_predicate(
+                    req.predicate, black_box=self.black_box, seed=self.settings.explain.seed
+                )
+            except ConfigError as exc:
+                raise _Rejected(BAD_PREDICATE, str(exc)) from exc
+            try:
+                result = await explain(
+                    req.query,
+                    req.sources,
+                    predicate,
+                    self.black_box,
+                    rules=req.rules,
+                    miner="dual" if req.miner == "dual" else "mono",
+                    votes=req.votes,
+                    seed=self.settings.explain.seed,
+                    concurrency=self.settings.explain.concurrency,
+                )
+            except BlackBoxError as exc:
+                raise _Rejected(BLACK_BOX_FAILED, str(exc)) from exc
+        except _Rejected as rej:
+            log.warning(
+                "explain request at %s[%s]@%s rejected: %s", topic, partition, offset, rej.reason
+            )
+            record = dead_letter(value, topic, partition, offset, rej.reason, rej.detail)
+            return k.dlq_topic, None, _dumps(record)
+        doc = {"request_id": req.request_id, **result.to_dict(), "ts": int(time.time() * 1000)}
+        return k.explanations_topic, req.request_id.encode("utf-8"), _dumps(doc)
+
+
+def register_explain_agent(
+    app: Any, settings: Settings, *, black_box: BlackBox | None = None
+) -> Any:
+    """Add the explanation agent to a faust ``app``; returns the agent.
+
+    Parameters
+    ----------
+    app : faust.App
+    settings : Settings
+        Topic names from ``settings.kafka``, the LLM from ``settings.explain``.
+    black_box : BlackBox, optional
+        Default: a :class:`ChatCompletionsClient` on ``settings.explain``, built lazily.
+    """
+    k = settings.kafka
+    raw: dict[str, Any] = {
+        "key_type": bytes,
+        "value_type": bytes,
+        "key_serializer": "raw",
+        "value_serializer": "raw",
+        "partitions": k.partitions,
+    }
+    requests = app.topic(k.audit_topic, **raw)
+    out = {name: app.topic(name, **raw) for name in {k.explanations_topic, k.dlq_topic}}
+    handler = ExplainHandler(settings, black_box)
+
+    async def explain_requests(stream: Any) -> None:
+        async for event in stream.events():
+            msg = event.message
+            topic, key, value = await handler.handle(
+                event.value, msg.topic, msg.partition, msg.offset
+            )
+            await out[topic].send(key=key, value=value)
+
+    return app.agent(requests, name="sidecar.explain", concurrency=1)(explain_requests)

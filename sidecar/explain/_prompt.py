@@ -1,0 +1,95 @@
+"""Sources and the RAG prompt over a kept subset of them.
+
+The prompt is the same for every kept set except for the sources: the kept ones appear
+in their original retrieval order, each marked ``[S<k>]`` with its 1-based position in the
+full list (so a source keeps its marker when others are dropped). The empty kept set gets
+a fixed "no sources" block.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sidecar.errors import DataError
+from sidecar.explain._lattice import members
+
+Messages = list[dict[str, str]]
+
+SYSTEM_PROMPT = (
+    "You answer the user's question using only the numbered sources given. "
+    "Answer briefly, in one sentence."
+)
+NO_SOURCES = "No sources are available for this question."
+
+
+@dataclass(frozen=True)
+class Source:
+    """One retrieved passage: an id for reports and the text the model sees."""
+
+    id: str
+    text: str
+
+    def snippet(self, width: int = 60) -> str:
+        text = " ".join(self.text.split())
+        return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def marker(index: int) -> str:
+    """The marker of source ``index`` (0-based) in every prompt: ``[S1]`` for the first."""
+    return f"[S{index + 1}]"
+
+
+def build_messages(query: str, sources: Sequence[Source], kept: int) -> Messages:
+    """Chat messages for ``query`` with only the sources in the ``kept`` mask.
+
+    Parameters
+    ----------
+    query : str
+    sources : sequence of Source, length n
+    kept : int
+        Bitmask over ``range(n)``; bit ``i`` keeps ``sources[i]``.
+    """
+    idx = [i for i in members(kept) if i < len(sources)]
+    if idx:
+        block = "\n\n".join(f"{marker(i)} {sources[i].text}" for i in idx)
+        body = f"Sources:\n{block}"
+    else:
+        body = NO_SOURCES
+    return [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": f"{body}\n\nQuestion: {query}\nAnswer:"},
+    ]
+
+
+def sources_from_records(records: Sequence[Any]) -> list[Source]:
+    """Validate ``[{"id": ..., "text": ...}, ...]`` (``id`` optional: ``S<k>``)."""
+    out = []
+    for k, rec in enumerate(records):
+        if isinstance(rec, str):
+            rec = {"text": rec}
+        if not isinstance(rec, dict) or not isinstance(rec.get("text"), str):
+            raise DataError(f"source {k + 1} must be an object with a string 'text'")
+        out.append(Source(id=str(rec.get("id", f"S{k + 1}")), text=rec["text"]))
+    if len({s.id for s in out}) != len(out):
+        raise DataError("source ids must be unique")
+    return out
+
+
+def load_sources(path: Path) -> list[Source]:
+    """Read a JSONL file of sources, one ``{"id": ..., "text": ...}`` object a line."""
+    records = []
+    with Path(path).open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{path}:{lineno}: not JSON ({exc.msg})") from exc
+    if not records:
+        raise DataError(f"{path}: no sources")
+    return sources_from_records(records)

@@ -1,0 +1,394 @@
+"""The models in service and the watcher that swaps them live.
+
+:class:`ModelHolder` owns one immutable mapping ``kb -> LoadedModel``. The stream reads
+it once per batch (:meth:`ModelHolder.snapshot`), so a batch is scored by exactly one
+model per KB. A swap builds a new mapping and replaces that single reference; the model
+it replaces is kept as the KB's *previous* model, so a rollback to it needs no fetch.
+
+:class:`ModelWatcher` keeps the holder in line with the store's active pointers:
+
+* it reads each served KB's event stream (Redis ``XREAD BLOCK``; every replica reads it,
+  there is no consumer group) and syncs the KB named by an event;
+* it polls the active pointers every ``poll_interval_s`` and after every reconnect, so a
+  missed event cannot leave a replica behind;
+* a load is fetch -> verify (checksums, HMAC, schema, encoder) -> build -> encoder check
+  -> warm-up (one ``score`` call), all off the event loop's hot path; a failure keeps
+  the old model and is shown in :meth:`ModelHolder.status`;
+* when the store is unreachable it keeps serving, backs off and reconnects.
+
+One holder per process, created by the app factory; there is no module-level model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass, field
+from types import MappingProxyType
+from typing import Any, Protocol
+
+import numpy as np
+
+from model_store import (
+    Artifact,
+    ArtifactNotFound,
+    ArtifactRejected,
+    AsyncModelStore,
+    StoreUnavailable,
+)
+from sidecar._stores import open_async_store, open_store
+
+__all__ = [
+    "LoadedModel",
+    "ModelHolder",
+    "ModelWatcher",
+    "SwappableModel",
+    "open_async_store",
+    "open_store",
+]
+
+log = logging.getLogger(__name__)
+
+
+class SwappableModel(Protocol):
+    """What the holder needs of a model (``sidecar.scoring.OODModel`` satisfies it)."""
+
+    def score(self, E: np.ndarray) -> np.ndarray:
+        """OOD scores, shape (n_queries,), for embeddings of shape (n_queries, dim)."""
+        ...
+
+    def predict(self, E: np.ndarray) -> np.ndarray:
+        """True where a query is OOD, shape (n_queries,)."""
+        ...
+
+    def check_encoder(self, name: str, dim: int) -> None:
+        """Raise ``EncoderMismatch`` unless the model was built for this encoder."""
+        ...
+
+
+ModelLoader = Callable[[Artifact], SwappableModel]
+
+
+def _default_loader(artifact: Artifact) -> SwappableModel:
+    from sidecar.scoring import OODModel  # the scoring package, imported when first needed
+
+    model: SwappableModel = OODModel.from_artifact(artifact)
+    return model
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model in service: which KB, which store version, since when (unix seconds)."""
+
+    kb: str
+    version: str
+    model: Any  # a SwappableModel; ``Any`` so callers keep the concrete type's methods
+    loaded_at: float
+
+
+@dataclass
+class _KbStatus:
+    swaps: int = 0
+    load_failures: int = 0
+    last_error: str | None = None
+    failed_version: str | None = None
+    store_active: str | None = None
+
+
+class ModelHolder:
+    """The models in service, one per KB, swapped by replacing one reference.
+
+    Parameters
+    ----------
+    kbs : sequence of str
+        The KBs this process serves; :meth:`ready` needs a model for each.
+    """
+
+    def __init__(self, kbs: Sequence[str]) -> None:
+        self.kbs = tuple(kbs)
+        self._current: Mapping[str, LoadedModel] = MappingProxyType({})
+        self._previous: dict[str, LoadedModel] = {}
+        self._status = {kb: _KbStatus() for kb in self.kbs}
+        self.store_error: str | None = None
+        self._changed: asyncio.Event | None = None
+
+    def snapshot(self) -> Mapping[str, LoadedModel]:
+        """The current immutable mapping ``kb -> LoadedModel``; read it once per batch."""
+        return self._current
+
+    def get(self, kb: str) -> LoadedModel | None:
+        return self._current.get(kb)
+
+    def previous(self, kb: str) -> LoadedModel | None:
+        """The model that served ``kb`` before the current one (kept for rollback)."""
+        return self._previous.get(kb)
+
+    def ready(self) -> bool:
+        """True when every served KB has a model."""
+        current = self._current
+        return all(kb in current for kb in self.kbs)
+
+    def install(self, loaded: LoadedModel) -> None:
+        """Put ``loaded`` in service for its KB (one reference assignment)."""
+        old = self._current.get(loaded.kb)
+        if old is not None and old.version != loaded.version:
+            self._previous[loaded.kb] = old
+        new = dict(self._current)
+        new[loaded.kb] = loaded
+        self._current = MappingProxyType(new)  # the swap
+        st = self._status.setdefault(loaded.kb, _KbStatus())
+        st.swaps += 1
+        if st.failed_version != loaded.version:
+            st.last_error = st.failed_version = None
+        log.info(
+            "KB %s now served by version %s (was %s)",
+            loaded.kb,
+            loaded.version,
+            old.version if old else None,
+        )
+        self._notify()
+
+    def record_failure(self, kb: str, version: str, reason: str) -> None:
+        """A load of ``version`` failed; the current model stays."""
+        st = self._status.setdefault(kb, _KbStatus())
+        st.load_failures += 1
+        st.last_error = f"{version}: {reason}"
+        st.failed_version = version
+        self._notify()
+
+    def note_store_active(self, kb: str, version: str | None) -> None:
+        self._status.setdefault(kb, _KbStatus()).store_active = version
+
+    def note_store_error(self, error: str | None) -> None:
+        changed = (error is None) != (self.store_error is None)
+        self.store_error = error
+        if changed:
+            self._notify()
+
+    def status(self) -> dict[str, Any]:
+        """Per KB: version, previous_version, loaded_at, last_error, load_failures, swaps."""
+        out: dict[str, Any] = {}
+        current = self._current
+        for kb in sorted(set(self.kbs) | set(self._status)):
+            st = self._status.get(kb, _KbStatus())
+            cur, prev = current.get(kb), self._previous.get(kb)
+            out[kb] = {
+                "version": cur.version if cur else None,
+                "previous_version": prev.version if prev else None,
+                "loaded_at": cur.loaded_at if cur else None,
+                "store_active": st.store_active,
+                "last_error": st.last_error,
+                "load_failures": st.load_failures,
+                "swaps": st.swaps,
+                "store_reachable": self.store_error is None,
+            }
+        return out
+
+    def _notify(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+    async def wait_for(self, predicate: Callable[[ModelHolder], bool], timeout_s: float) -> None:
+        """Wait until ``predicate(self)`` holds after a swap or failure (``TimeoutError``)."""
+        async with asyncio.timeout(timeout_s):
+            while not predicate(self):
+                if self._changed is None:
+                    self._changed = asyncio.Event()
+                await self._changed.wait()
+
+
+@dataclass
+class ModelWatcher:
+    """Keeps a :class:`ModelHolder` in line with the store's active pointers.
+
+    Parameters
+    ----------
+    store : AsyncModelStore
+    holder : ModelHolder
+    encoder : dict
+        ``{"name", "dim"}`` of the encoder this process runs; other artifacts are refused.
+    poll_interval_s : float
+        Safety-net poll of the active pointers.
+    warmup : bool
+        Score one dummy vector before installing a model.
+    loader : callable, optional
+        ``Artifact -> model``; defaults to ``sidecar.scoring.OODModel.from_artifact``.
+    event_wait_s : float
+        Longest single blocking read of the event streams.
+    backoff_max_s : float
+        Ceiling of the reconnect backoff while the store is unreachable.
+    """
+
+    store: AsyncModelStore
+    holder: ModelHolder
+    _: KW_ONLY
+    encoder: Mapping[str, Any]
+    poll_interval_s: float = 5.0
+    warmup: bool = True
+    loader: ModelLoader | None = None
+    event_wait_s: float = 1.0
+    backoff_max_s: float = 5.0
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list, init=False, repr=False)
+    _lock: asyncio.Lock | None = field(default=None, init=False, repr=False)
+    _rejected: dict[str, str] = field(default_factory=dict, init=False, repr=False)
+    _after: dict[str, str] | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.encoder = {"name": str(self.encoder["name"]), "dim": int(self.encoder["dim"])}
+
+    async def start(self) -> None:
+        """Load each KB's active version, then watch events and poll in the background."""
+        try:
+            await self._resubscribe()
+        except StoreUnavailable as exc:
+            self._store_down(exc)
+            log.warning("model store unreachable at start, will retry: %s", exc)
+        self._tasks = [
+            asyncio.create_task(self._event_loop(), name="model-watcher-events"),
+            asyncio.create_task(self._poll_loop(), name="model-watcher-poll"),
+        ]
+
+    async def stop(self) -> None:
+        tasks, self._tasks = self._tasks, []
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+
+    async def sync(self, kbs: Sequence[str] | None = None) -> None:
+        """Compare active pointers with the holder and swap where they differ.
+
+        Raises :class:`StoreUnavailable` when the store cannot be reached.
+        """
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            for kb in kbs if kbs is not None else self.holder.kbs:
+                await self._sync_kb(kb)
+        self._store_up()
+
+    # -- internals ------------------------------------------------------------------------
+
+    async def _sync_kb(self, kb: str) -> None:
+        active = await self.store.active(kb)
+        self.holder.note_store_active(kb, active)
+        current = self.holder.get(kb)
+        if active is None or (current is not None and current.version == active):
+            return
+        previous = self.holder.previous(kb)
+        if previous is not None and previous.version == active:
+            log.info("KB %s: back to the previous version %s (no fetch)", kb, active)
+            self.holder.install(dataclasses.replace(previous, loaded_at=time.time()))
+            return
+        if self._rejected.get(kb) == active:
+            return  # already refused; retried after the next event or reconnect
+        t0 = time.perf_counter()
+        try:
+            loaded = await self._load(kb, active)
+        except StoreUnavailable:
+            raise
+        except ArtifactNotFound as exc:  # e.g. deleted between pointer read and fetch
+            self.holder.record_failure(kb, active, str(exc))
+            log.warning(
+                "KB %s: version %s not found, keeping the current model: %s", kb, active, exc
+            )
+            return
+        except ArtifactRejected as exc:
+            self._refuse(kb, active, f"{type(exc).__name__}: {exc}")
+            return
+        except Exception as exc:  # a model that cannot be built or scored must not serve
+            log.debug("load of %s/%s failed", kb, active, exc_info=True)
+            self._refuse(kb, active, f"{type(exc).__name__}: {exc}")
+            return
+        self.holder.install(loaded)
+        log.info(
+            "KB %s: loaded version %s in %.0f ms", kb, active, (time.perf_counter() - t0) * 1000
+        )
+
+    def _refuse(self, kb: str, version: str, reason: str) -> None:
+        self._rejected[kb] = version
+        self.holder.record_failure(kb, version, reason)
+        log.error("KB %s: refused version %s, keeping the current model: %s", kb, version, reason)
+
+    async def _load(self, kb: str, version: str) -> LoadedModel:
+        artifact = await self.store.get(kb, version, expected_encoder=self.encoder)
+        model = await asyncio.to_thread(self._build, artifact)
+        return LoadedModel(kb=kb, version=version, model=model, loaded_at=time.time())
+
+    def _build(self, artifact: Artifact) -> SwappableModel:
+        """Build, check and warm a model (runs in a worker thread)."""
+        model = (self.loader or _default_loader)(artifact)
+        name, dim = str(self.encoder["name"]), int(self.encoder["dim"])
+        model.check_encoder(name, dim)
+        if self.warmup:
+            probe = np.zeros((1, dim), dtype=np.float32)
+            probe[0, 0] = 1.0
+            scores = np.asarray(model.score(probe))
+            if scores.shape != (1,) or not np.all(np.isfinite(scores)):
+                raise ArtifactRejected(f"warm-up score has shape {scores.shape} or is not finite")
+        return model
+
+    async def _resubscribe(self) -> None:
+        """(Re)connect: note where each stream ends, then sync every KB."""
+        self._after = {kb: await self.store.last_event_id(kb) for kb in self.holder.kbs}
+        self._rejected.clear()
+        await self.sync()
+
+    async def _event_loop(self) -> None:
+        backoff = 0.05
+        while True:
+            try:
+                if self._after is None:
+                    await self._resubscribe()
+                events = await self.store.wait_events(self._after or {}, self.event_wait_s)
+                self._store_up()
+                backoff = 0.05
+                touched: list[str] = []
+                for e in events:
+                    if self._after is not None:
+                        self._after[e.kb] = e.id
+                    self._rejected.pop(e.kb, None)
+                    if e.kb not in touched:
+                        touched.append(e.kb)
+                if touched:
+                    await self.sync(touched)
+            except asyncio.CancelledError:
+                raise
+            except StoreUnavailable as exc:
+                self._store_down(exc)
+                self._after = None  # resubscribe and sync after reconnecting
+                await asyncio.sleep(backoff * (1 + random.random()))
+                backoff = min(backoff * 2, self.backoff_max_s)
+            except Exception:
+                log.exception("model watcher event loop failed; continuing")
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self.backoff_max_s)
+
+    async def _poll_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll_interval_s)
+            try:
+                await self.sync()
+            except asyncio.CancelledError:
+                raise
+            except StoreUnavailable as exc:
+                self._store_down(exc)
+            except Exception:
+                log.exception("model watcher poll failed; continuing")
+
+    def _store_down(self, exc: BaseException) -> None:
+        if self.holder.store_error is None:
+            log.warning("model store unreachable, serving the current models: %s", exc)
+        self.holder.note_store_error(str(exc))
+
+    def _store_up(self) -> None:
+        if self.holder.store_error is not None:
+            log.info("model store reachable again")
+            self.holder.note_store_error(None)

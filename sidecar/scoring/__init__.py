@@ -1,0 +1,63 @@
+"""Scoring core: encoder, KB subspace, PC selection, OOD detectors, calibration, model.
+
+No Kafka or Redis here. Score convention everywhere: **higher = more out-of-domain**;
+labels are 1 for OOD and 0 for ID.
+"""
+
+from sidecar.scoring._base import (
+    INPUT_BLOCKS,
+    OODDetector,
+    detector_class,
+    detector_kinds,
+    make_detector,
+)
+from sidecar.scoring._baselines import (
+    KNNDetector,
+    MahalanobisDetector,
+    MaxCosineDetector,
+    ResidualDetector,
+)
+from sidecar.scoring._calibration import conformal_threshold
+from sidecar.scoring._classifiers import (
+    CombinedDetector,
+    GMMDetector,
+    LogRegDetector,
+    SVMDetector,
+)
+from sidecar.scoring._encoder import (
+    DEFAULT_ENCODER,
+    Encoder,
+    SentenceTransformerEncoder,
+)
+from sidecar.scoring._fit import fit_ood_model
+from sidecar.scoring._geometric import EpsilonBall, EpsilonCube, EpsilonRect
+from sidecar.scoring._model import OODModel
+from sidecar.scoring._subspace import KBSubspace, select_evr, select_pvalue
+
+__all__ = [
+    "DEFAULT_ENCODER",
+    "INPUT_BLOCKS",
+    "CombinedDetector",
+    "Encoder",
+    "EpsilonBall",
+    "EpsilonCube",
+    "EpsilonRect",
+    "GMMDetector",
+    "KBSubspace",
+    "KNNDetector",
+    "LogRegDetector",
+    "MahalanobisDetector",
+    "MaxCosineDetector",
+    "OODDetector",
+    "OODModel",
+    "ResidualDetector",
+    "SVMDetector",
+    "SentenceTransformerEncoder",
+    "conformal_threshold",
+    "detector_class",
+    "detector_kinds",
+    "fit_ood_model",
+    "make_detector",
+    "select_evr",
+    "select_pvalue",
+]

@@ -1,0 +1,241 @@
+"""The paper's geometric detectors: epsilon-ball, epsilon-cube, epsilon-rect.
+
+Each keeps the labelled training points (ID and OOD) in the projected PC space. The
+paper's verdict rule (``predict``): a query with no training point within epsilon is OOD;
+otherwise the points within epsilon vote (a tie counts as OOD).
+
+* ``epsilon_ball``: Euclidean ball of radius epsilon.
+* ``epsilon_cube``: the same half-width epsilon on every axis, i.e. a Chebyshev (L-inf)
+  ball of radius epsilon.
+* ``epsilon_rect``: a half-width per axis, i.e. a Chebyshev ball of radius 1 after
+  dividing each axis by its half-width.
+
+Continuous score (for AUROC and for a calibrated threshold), in units of epsilon::
+
+    score = d_id / eps - min(d_ood, eps) / eps
+
+where ``d_id`` / ``d_ood`` are the distances (in the detector's metric) to the nearest ID /
+OOD training point. A query with no ID point inside gets a score above 0 unless an OOD
+point is closer; with ID points inside and no OOD point, it is below 0; when both are
+inside, the nearer class wins. Far from everything the score grows with ``d_id``.
+
+Neighbour queries use ``scipy.spatial.cKDTree`` (rebuilt from the stored points on load),
+never a Python loop over training points.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+from scipy.spatial import cKDTree
+
+from sidecar.errors import DataError
+from sidecar.scoring._base import OODDetector, as_2d, as_labels, register, require_array
+
+
+class _EpsilonDetector(OODDetector):
+    """Shared machinery; subclasses fix the metric ``_p`` and the axis scaling."""
+
+    _p: ClassVar[float] = 2.0
+
+    def __init__(
+        self,
+        epsilon: float | None = None,
+        *,
+        quantile: float = 0.95,
+        workers: int = 1,
+    ):
+        self.epsilon = epsilon
+        self.quantile = quantile
+        self.workers = workers
+
+    def _fixed_epsilon(self) -> float | None:
+        return self.epsilon
+
+    # Per-axis scale applied before the tree (identity except for the rectangle).
+    def _fit_scale(self, X_id: np.ndarray) -> np.ndarray:
+        return np.ones(X_id.shape[1])
+
+    def fit(self, X: Any, y: Any = None) -> _EpsilonDetector:
+        """Keep the training points.
+
+        Parameters
+        ----------
+        X : ndarray of shape (n_samples, m)
+            Projected training queries.
+        y : ndarray of shape (n_samples,), optional
+            1 for OOD, 0 for ID; None means all ID.
+        """
+        X = as_2d(X)
+        lab = as_labels(y, X.shape[0])
+        X_id = X if lab is None else X[lab == 0]
+        X_ood = np.zeros((0, X.shape[1])) if lab is None else X[lab == 1]
+        fixed = self._fixed_epsilon()
+        if X_id.shape[0] < 2 and fixed is None:
+            raise DataError("need at least 2 ID training points to choose epsilon")
+        self.scale_ = self._fit_scale(X_id)
+        self.id_points_ = np.ascontiguousarray(X_id * self.scale_)
+        self.ood_points_ = np.ascontiguousarray(X_ood * self.scale_)
+        self._build()
+        if fixed is None:
+            # Leave-one-out nearest-neighbour distances of the ID points: a quantile of
+            # them is the radius within which a new ID query finds a training ID point.
+            d, _ = self._tree_id.query(self.id_points_, k=2, p=self._p, workers=self.workers)
+            self.epsilon_ = float(max(np.quantile(d[:, 1], self.quantile), 1e-12))
+        else:
+            self.epsilon_ = float(fixed)
+        self.n_features_in_ = X.shape[1]
+        self.offset_ = 0.0
+        return self
+
+    def _build(self) -> None:
+        self._tree_id = cKDTree(self.id_points_)
+        self._tree_ood = cKDTree(self.ood_points_) if len(self.ood_points_) else None
+
+    def _scaled(self, X: Any) -> np.ndarray:
+        return self._check_X(X) * self.scale_
+
+    def score_samples(self, X: Any) -> np.ndarray:
+        """OOD score, higher = more out-of-domain, in units of epsilon; shape (n,).
+
+        Parameters
+        ----------
+        X : ndarray of shape (n_queries, m)
+        """
+        Q = self._scaled(X)
+        eps = self.epsilon_
+        d_id, _ = self._tree_id.query(Q, k=1, p=self._p, workers=self.workers)
+        score = np.asarray(d_id, dtype=np.float64) / eps
+        if self._tree_ood is not None:
+            d_ood, _ = self._tree_ood.query(
+                Q, k=1, p=self._p, distance_upper_bound=eps, workers=self.workers
+            )
+            score -= np.minimum(d_ood, eps) / eps
+        else:
+            score -= 1.0
+        return score
+
+    def neighbour_counts(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Numbers of ID and of OOD training points within epsilon of each query."""
+        Q = self._scaled(X)
+        eps = self.epsilon_
+        n_id = np.asarray(
+            self._tree_id.query_ball_point(
+                Q, r=eps, p=self._p, workers=self.workers, return_length=True
+            ),
+            dtype=np.int64,
+        )
+        if self._tree_ood is None:
+            return n_id, np.zeros_like(n_id)
+        n_ood = np.asarray(
+            self._tree_ood.query_ball_point(
+                Q, r=eps, p=self._p, workers=self.workers, return_length=True
+            ),
+            dtype=np.int64,
+        )
+        return n_id, n_ood
+
+    def predict(self, X: Any) -> np.ndarray:
+        """The paper's rule: 1 (OOD) when no training point is within epsilon or OOD
+        points are at least as many as ID points within epsilon, else 0; shape (n,)."""
+        n_id, n_ood = self.neighbour_counts(X)
+        return ((n_id == 0) | (n_ood >= n_id)).astype(np.int8)
+
+    def _learned(self) -> dict[str, Any]:
+        return {"epsilon_": self.epsilon_}
+
+    def _arrays(self) -> dict[str, np.ndarray]:
+        return {"scale": self.scale_, "id_points": self.id_points_, "ood_points": self.ood_points_}
+
+    def _restore(self, learned: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
+        self.epsilon_ = float(learned["epsilon_"])
+        self.scale_ = require_array(arrays, "scale", 1).astype(np.float64)
+        self.id_points_ = np.ascontiguousarray(require_array(arrays, "id_points", 2))
+        self.ood_points_ = np.ascontiguousarray(require_array(arrays, "ood_points", 2))
+        m = self.n_features_in_
+        if (
+            self.scale_.shape != (m,)
+            or self.id_points_.shape[1:] != (m,)
+            or (self.ood_points_.shape[1:] != (m,))
+        ):
+            raise ValueError(f"geometric detector arrays do not have {m} columns")
+        self._build()
+
+
+@register("epsilon_ball")
+class EpsilonBall(_EpsilonDetector):
+    """Epsilon-ball: Euclidean neighbourhoods of radius ``epsilon``.
+
+    Parameters
+    ----------
+    epsilon : float or None
+        Radius in PC units; None picks the ``quantile`` of the ID training points'
+        leave-one-out nearest-neighbour distances.
+    quantile : float
+    workers : int
+        Threads for the KD-tree queries (-1: all cores).
+    """
+
+    _p = 2.0
+
+
+@register("epsilon_cube")
+class EpsilonCube(_EpsilonDetector):
+    """Epsilon-cube: one half-width ``epsilon`` on every axis (a Chebyshev ball).
+
+    Parameters as :class:`EpsilonBall`, distances in the L-inf metric.
+    """
+
+    _p = np.inf
+
+
+@register("epsilon_rect")
+class EpsilonRect(_EpsilonDetector):
+    """Epsilon-rect: a half-width per axis (a Chebyshev ball after scaling each axis).
+
+    Parameters
+    ----------
+    half_widths : sequence of float or None
+        One half-width per PC. None: proportional to each axis's standard deviation over
+        the ID training points, with the common factor chosen like ``epsilon`` (the
+        ``quantile`` of leave-one-out neighbour distances in the scaled space).
+    quantile : float
+    workers : int
+
+    Attributes
+    ----------
+    half_widths_ : ndarray of shape (m,)
+    """
+
+    _p = np.inf
+
+    def __init__(
+        self,
+        half_widths: list[float] | None = None,
+        *,
+        quantile: float = 0.95,
+        workers: int = 1,
+    ):
+        self.half_widths = half_widths
+        self.quantile = quantile
+        self.workers = workers
+
+    def _fixed_epsilon(self) -> float | None:
+        return None if self.half_widths is None else 1.0
+
+    def _fit_scale(self, X_id: np.ndarray) -> np.ndarray:
+        if self.half_widths is not None:
+            hw = np.asarray(self.half_widths, dtype=np.float64)
+            if hw.shape != (X_id.shape[1],) or (hw <= 0).any():
+                raise DataError(f"half_widths must be {X_id.shape[1]} positive numbers")
+            return 1.0 / hw
+        std = X_id.std(axis=0)
+        std[std <= 0] = 1.0
+        return 1.0 / std
+
+    @property
+    def half_widths_(self) -> np.ndarray:
+        self.check_fitted()
+        return np.asarray(self.epsilon_ / self.scale_)

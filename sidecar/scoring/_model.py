@@ -1,0 +1,317 @@
+"""The deployable OOD model: KB subspace arrays + a fitted detector + a calibrated threshold.
+
+An :class:`OODModel` turns embeddings into the input blocks its detector needs
+(selected-PC coordinates, residual norms, max-cosine, or the embedding itself), scores
+them (higher = more out-of-domain) and compares with the calibrated threshold. It
+converts to and from a :class:`model_store.Artifact` (JSON manifest + arrays, never
+pickle). Everything the hot path needs is precomputed once, in ``__post_init__``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from model_store import Artifact, IncompatibleArtifact, build_artifact
+from sidecar.errors import DataError, EncoderMismatch
+from sidecar.scoring._base import INPUT_BLOCKS, OODDetector, detector_class
+from sidecar.scoring._baselines import top_cosines
+
+MODEL_FORMAT = "kb-subspace-ood/1"
+SCORE_CONVENTION = "higher = more out-of-domain; OOD when score > threshold"
+_DET_PREFIX = "detector."
+
+
+@dataclass(frozen=True, eq=False)
+class OODModel:
+    """A fitted, calibrated OOD detector for one KB.
+
+    Attributes
+    ----------
+    kb : str
+        KB name.
+    encoder : dict
+        ``{"name": str, "dim": int}`` of the encoder that produced the embeddings.
+    detector_name : str
+        The detector kind (``"combined"``, ``"epsilon_ball"``, ...).
+    detector : OODDetector
+        Fitted; scores the model's input blocks.
+    mean : ndarray of shape (dim,)
+        KB embedding mean.
+    components : ndarray of shape (K, dim)
+        The top-K KB principal components (K covers the selected PCs and every residual k).
+    selected_pcs : ndarray of int, shape (m,)
+        Indices into ``components`` of the PCs the ``"pcs"`` block uses.
+    k : int
+        Number of top PCs spanning the KB subspace (residual and p-value pool).
+    criterion : str
+        ``"evr"`` or ``"pvalue"``.
+    threshold : float
+        OOD when ``score > threshold`` (calibrated on held-out ID queries).
+    metrics : dict
+    params : dict
+        How the model was fitted (m, k, seed, target FRR, detector parameters, ...).
+    residual_ks : tuple of int
+        The k of each residual column (default ``(k,)``).
+    kb_embeddings : ndarray of shape (n_kb, dim) or None
+        Only kept when the detector uses the ``"max_cosine"`` block.
+    explained_variance_ratio : ndarray of shape (K,) or None
+    version : str or None
+        The artifact version the model was loaded from (not part of its content).
+    """
+
+    kb: str
+    encoder: dict[str, Any]
+    detector_name: str
+    detector: OODDetector
+    mean: np.ndarray
+    components: np.ndarray
+    selected_pcs: np.ndarray
+    k: int
+    criterion: str
+    threshold: float
+    metrics: dict[str, Any] = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
+    residual_ks: tuple[int, ...] = ()
+    kb_embeddings: np.ndarray | None = None
+    explained_variance_ratio: np.ndarray | None = None
+    version: str | None = None
+    # Hot-path caches, derived in __post_init__.
+    _inputs: tuple[str, ...] = field(init=False, repr=False)
+    _mean32: np.ndarray = field(init=False, repr=False)
+    _ct: np.ndarray = field(init=False, repr=False)
+    _n_proj: int = field(init=False, repr=False)
+    _kb_unit: np.ndarray | None = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        setattr_ = object.__setattr__
+        dim = int(self.encoder["dim"])
+        comps = np.asarray(self.components, dtype=np.float32)
+        if comps.ndim != 2 or comps.shape[1] != dim or np.asarray(self.mean).shape != (dim,):
+            raise DataError(f"subspace arrays do not match the encoder dimension {dim}")
+        sel = np.asarray(self.selected_pcs, dtype=np.int64)
+        ks = tuple(int(k) for k in (self.residual_ks or (self.k,)))
+        if sel.ndim != 1 or (sel.size and not 0 <= sel.min() <= sel.max() < comps.shape[0]):
+            raise DataError("selected PCs are out of range of the stored components")
+        if any(not 1 <= k <= comps.shape[0] for k in ks):
+            raise DataError(f"residual k {ks} out of range 1..{comps.shape[0]}")
+        inputs = self.detector.inputs
+        if any(b not in INPUT_BLOCKS for b in inputs):
+            raise DataError(f"detector asks for unknown input blocks {inputs}")
+        if "max_cosine" in inputs and self.kb_embeddings is None:
+            raise DataError("the detector uses max-cosine but the model has no KB embeddings")
+        setattr_(self, "selected_pcs", sel)
+        setattr_(self, "residual_ks", ks)
+        setattr_(self, "threshold", float(self.threshold))
+        # Hot-path caches: float32 contiguous operands, computed once per model.
+        setattr_(self, "_inputs", inputs)
+        setattr_(self, "_mean32", np.ascontiguousarray(self.mean, dtype=np.float32))
+        setattr_(self, "_ct", np.ascontiguousarray(comps.T))  # (dim, K)
+        setattr_(self, "_n_proj", max([*ks, int(sel.max()) + 1 if sel.size else 0]))
+        kb_unit = None
+        if self.kb_embeddings is not None:
+            kb = np.asarray(self.kb_embeddings, dtype=np.float32)
+            norms = np.linalg.norm(kb, axis=1, keepdims=True)
+            norms[norms == 0] = 1.0
+            kb_unit = np.ascontiguousarray(kb / norms)
+        setattr_(self, "_kb_unit", kb_unit)
+
+    # -- scoring -------------------------------------------------------------------------
+    @property
+    def m(self) -> int:
+        """Number of selected PCs."""
+        return int(self.selected_pcs.size)
+
+    @property
+    def dims(self) -> int:
+        """Number of features the detector sees."""
+        sizes = {
+            "pcs": self.m,
+            "residual": len(self.residual_ks),
+            "max_cosine": 1,
+            "full": int(self.encoder["dim"]),
+        }
+        return sum(sizes[b] for b in self._inputs)
+
+    def check_encoder(self, name: str, dim: int) -> None:
+        """Raise :class:`EncoderMismatch` unless ``(name, dim)`` is the model's encoder."""
+        want = (str(self.encoder["name"]), int(self.encoder["dim"]))
+        if (str(name), int(dim)) != want:
+            raise EncoderMismatch(
+                f"model for KB {self.kb!r} was built with {want[0]} ({want[1]} dims), "
+                f"got embeddings of {name} ({dim} dims)"
+            )
+
+    def _check_E(self, E: Any) -> np.ndarray:
+        arr = np.asarray(E, dtype=np.float32)
+        if arr.ndim == 1:
+            arr = arr[None, :]
+        if arr.ndim != 2 or arr.shape[1] != int(self.encoder["dim"]):
+            raise EncoderMismatch(
+                f"embeddings of shape {arr.shape} do not match the model's encoder "
+                f"{self.encoder['name']} ({self.encoder['dim']} dims)"
+            )
+        return arr
+
+    def features(self, E: Any) -> np.ndarray:
+        """The detector's input for embeddings ``E``.
+
+        Parameters
+        ----------
+        E : ndarray of shape (n, dim)
+
+        Returns
+        -------
+        ndarray of shape (n, dims), float64; blocks in the detector's ``inputs`` order.
+        """
+        E = self._check_E(E)
+        inputs: tuple[str, ...] = self._inputs
+        blocks: list[np.ndarray] = []
+        proj = Xc = None
+        if "pcs" in inputs or "residual" in inputs:
+            Xc = E - self._mean32
+            proj = Xc @ self._ct[:, : self._n_proj]
+        for name in inputs:
+            if name == "pcs":
+                assert proj is not None
+                blocks.append(proj[:, self.selected_pcs].astype(np.float64))
+            elif name == "residual":
+                assert proj is not None and Xc is not None
+                total = np.einsum("ij,ij->i", Xc, Xc, dtype=np.float64)
+                cum = np.cumsum(np.square(proj, dtype=np.float64), axis=1)
+                cols = [np.sqrt(np.maximum(total - cum[:, k - 1], 0.0)) for k in self.residual_ks]
+                blocks.append(np.stack(cols, axis=1))
+            elif name == "max_cosine":
+                q = E / np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1e-12)
+                kb_unit = self._kb_unit
+                assert kb_unit is not None  # checked in __post_init__
+                blocks.append((1.0 - top_cosines(q, kb_unit, 1))[:, None])
+            else:  # "full"
+                blocks.append(E)
+        if len(blocks) == 1:
+            return blocks[0]
+        return np.hstack([b.astype(np.float64, copy=False) for b in blocks])
+
+    def score(self, E: Any) -> np.ndarray:
+        """OOD score of each embedding, higher = more out-of-domain.
+
+        Parameters
+        ----------
+        E : ndarray of shape (n, dim), float32
+
+        Returns
+        -------
+        ndarray of shape (n,), float64
+        """
+        return np.asarray(self.detector.score_samples(self.features(E)), dtype=np.float64)
+
+    def predict(self, E: Any) -> np.ndarray:
+        """True where the query is OOD (``score > threshold``); bool ndarray of shape (n,)."""
+        return self.score(E) > self.threshold
+
+    def with_metrics(self, **metrics: Any) -> OODModel:
+        """A copy with ``metrics`` merged into the model's metrics."""
+        return dataclasses.replace(self, metrics={**self.metrics, **metrics})
+
+    # -- artifact codec -------------------------------------------------------------------
+    def to_artifact(self) -> Artifact:
+        """The model as a :class:`model_store.Artifact` (JSON manifest + arrays)."""
+        if not math.isfinite(self.threshold):
+            raise DataError("the model has no finite threshold; calibrate it before saving")
+        det_params, det_arrays = self.detector.to_state()
+        arrays: dict[str, np.ndarray] = {
+            "subspace.mean": np.asarray(self.mean),
+            "subspace.components": np.asarray(self.components),
+            "subspace.selected_pcs": self.selected_pcs,
+        }
+        if self.explained_variance_ratio is not None:
+            arrays["subspace.explained_variance_ratio"] = np.asarray(self.explained_variance_ratio)
+        if self.kb_embeddings is not None:
+            arrays["kb_embeddings"] = np.asarray(self.kb_embeddings)
+        arrays.update({_DET_PREFIX + k: v for k, v in det_arrays.items()})
+        model = {
+            "format": MODEL_FORMAT,
+            "kind": self.detector_name,
+            "params": det_params,
+            "inputs": list(self._inputs),
+            "criterion": self.criterion,
+            "selected_pcs": [int(i) for i in self.selected_pcs],
+            "m": self.m,
+            "k": int(self.k),
+            "residual_ks": list(self.residual_ks),
+            "dims": self.dims,
+            "threshold": self.threshold,
+            "score": SCORE_CONVENTION,
+            "fit": self.params,
+        }
+        return build_artifact(
+            kb=self.kb, encoder=self.encoder, model=model, arrays=arrays, metrics=self.metrics
+        )
+
+    @classmethod
+    def from_artifact(cls, artifact: Artifact) -> OODModel:
+        """Rebuild a model from a validated artifact.
+
+        Raises
+        ------
+        model_store.IncompatibleArtifact
+            Unknown detector kind, or a malformed model section or arrays.
+        """
+        manifest = artifact.manifest
+        model = manifest.get("model")
+        if not isinstance(model, Mapping) or model.get("format") != MODEL_FORMAT:
+            raise IncompatibleArtifact(f"artifact has no {MODEL_FORMAT} model section")
+        kind = model.get("kind")
+        try:
+            det_cls = detector_class(str(kind))
+        except KeyError:
+            raise IncompatibleArtifact(f"unknown detector kind {kind!r}") from None
+        arrays = artifact.arrays
+        try:
+            det_arrays = {
+                k[len(_DET_PREFIX) :]: v for k, v in arrays.items() if k.startswith(_DET_PREFIX)
+            }
+            det = det_cls.from_state(dict(model["params"]), det_arrays)
+            if det.kind != kind:
+                raise ValueError(f"detector state is of kind {det.kind!r}, not {kind!r}")
+            selected = np.asarray(arrays["subspace.selected_pcs"], dtype=np.int64)
+            if [int(i) for i in selected] != [int(i) for i in model["selected_pcs"]]:
+                raise ValueError("selected PCs differ between manifest and arrays")
+            evr = arrays.get("subspace.explained_variance_ratio")
+            out = cls(
+                kb=str(manifest["kb"]),
+                encoder={
+                    "name": str(manifest["encoder"]["name"]),
+                    "dim": int(manifest["encoder"]["dim"]),
+                },
+                detector_name=str(kind),
+                detector=det,
+                mean=np.asarray(arrays["subspace.mean"]),
+                components=np.asarray(arrays["subspace.components"]),
+                selected_pcs=selected,
+                k=int(model["k"]),
+                criterion=str(model["criterion"]),
+                threshold=float(model["threshold"]),
+                metrics=dict(manifest.get("metrics") or {}),
+                params=dict(model.get("fit") or {}),
+                residual_ks=tuple(int(k) for k in model["residual_ks"]),
+                kb_embeddings=arrays.get("kb_embeddings"),
+                explained_variance_ratio=evr,
+                version=artifact.version,
+            )
+            if out.dims != det.n_features_in_:
+                raise ValueError(
+                    f"detector expects {det.n_features_in_} features, the model builds {out.dims}"
+                )
+        except IncompatibleArtifact:
+            raise
+        except (KeyError, TypeError, ValueError, IndexError, DataError) as exc:
+            raise IncompatibleArtifact(
+                f"model section or arrays are malformed ({type(exc).__name__}: {exc})"
+            ) from exc
+        return out

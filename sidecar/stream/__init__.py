@@ -1,0 +1,49 @@
+"""The streaming sidecar: Kafka queries in, ID/OOD verdicts out, on faust-streaming.
+
+``create_app(settings)`` builds the worker's faust app (no module-level app or model);
+``BatchScorer`` and ``Publisher`` are the scoring path and its output; the record shapes and
+dead-letter reason codes live in :mod:`sidecar.stream._records`.
+"""
+
+from sidecar.stream._app import Runtime, create_app
+from sidecar.stream._batch import STAGES, BatchOutcome, BatchScorer
+from sidecar.stream._launch import WorkerProcess, settings_env
+from sidecar.stream._metrics import StreamMetrics
+from sidecar.stream._publish import Publisher, TopicNames
+from sidecar.stream._records import (
+    NO_MODEL,
+    REASONS,
+    DeadLetter,
+    InputPolicy,
+    Query,
+    Raw,
+    Rejected,
+    Verdict,
+    parse_query,
+)
+from sidecar.stream._topics import bootstrap_servers, ensure_topics, sidecar_topics
+
+__all__ = [
+    "NO_MODEL",
+    "REASONS",
+    "STAGES",
+    "BatchOutcome",
+    "BatchScorer",
+    "DeadLetter",
+    "InputPolicy",
+    "Publisher",
+    "Query",
+    "Raw",
+    "Rejected",
+    "Runtime",
+    "StreamMetrics",
+    "TopicNames",
+    "Verdict",
+    "WorkerProcess",
+    "bootstrap_servers",
+    "create_app",
+    "ensure_topics",
+    "parse_query",
+    "settings_env",
+    "sidecar_topics",
+]

@@ -1,0 +1,283 @@
+"""The faust app factory: one scoring agent, the model watcher, and the worker's HTTP views.
+
+Processing guarantee: **at-least-once**. A consumed record is acknowledged (its offset may
+be committed) only after its verdict, or its dead letter, has been acknowledged by the
+broker. A crash or a rebalance can therefore re-deliver records that already have a
+verdict; a verdict is idempotent by ``id`` + ``model_version`` (consumers deduplicate on
+that pair; the same query scored again by the same model gets the same decision).
+
+How the batch is kept from being acked early: faust's ``stream.take_events`` acks every
+event of a batch when the next batch is requested, even when the body raised. Each
+event's message is therefore *held* (one extra reference) while its batch is in flight
+and released only after :meth:`Publisher.publish` returned; take's own ack then is the
+final one. A batch that failed keeps its hold, so its offsets are never committed and the
+records come back after a restart or a rebalance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from sidecar.errors import ConfigError
+from sidecar.settings import Settings
+from sidecar.stream._batch import BatchScorer
+from sidecar.stream._metrics import StreamMetrics
+from sidecar.stream._publish import Headers, Publisher, TopicNames
+from sidecar.stream._records import InputPolicy, Raw
+
+if TYPE_CHECKING:
+    import faust
+
+log = logging.getLogger(__name__)
+
+# How long the scoring agent waits for the first model load before fail_mode applies.
+_INITIAL_LOAD_WAIT_S = 60.0
+
+
+class Runtime:
+    """Everything one worker shares between its agent, its services and its views."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        encoder: Any,
+        holder: Any,
+        store: Any,
+        watcher: Any,
+    ) -> None:
+        self.settings = settings
+        self.encoder = encoder
+        self.holder = holder
+        self.store = store
+        self.watcher = watcher
+        self.metrics = StreamMetrics()
+        sc = settings.scoring
+        self.scorer = BatchScorer(
+            encoder,
+            holder,
+            InputPolicy(
+                kbs=frozenset(sc.kbs),
+                default_kb=sc.default_kb,
+                max_text_chars=sc.max_text_chars,
+                overlong=sc.overlong,
+            ),
+            fail_mode=sc.fail_mode,
+            encode_batch_size=sc.batch_max,
+        )
+        self.publisher: Publisher | None = None  # bound to the app's producer in create_app
+        self.models_loaded = asyncio.Event()
+        self.next_offset: dict[tuple[str, int], int] = {}
+        self.batches = 0
+
+    async def wait_models(self, timeout_s: float = _INITIAL_LOAD_WAIT_S) -> None:
+        """Let the first load finish before consuming (else early queries get fail_mode)."""
+        try:
+            await asyncio.wait_for(self.models_loaded.wait(), timeout_s)
+        except TimeoutError:
+            log.warning("no initial model load after %.0f s; serving with fail_mode", timeout_s)
+
+    async def handle(self, events: Sequence[Any]) -> None:
+        """Score and publish one batch of faust events, then release their holds."""
+        assert self.publisher is not None
+        for ev in events:
+            ev.message.incref()  # hold: take_events' ack must not be the final one yet
+        raws = [
+            Raw(
+                value=ev.message.value,
+                topic=ev.message.topic,
+                partition=ev.message.partition,
+                offset=ev.message.offset,
+                timestamp_ms=(ev.message.timestamp * 1000.0) if ev.message.timestamp else None,
+            )
+            for ev in events
+        ]
+        outcome = await self.scorer.score(raws)
+        t0 = time.perf_counter()
+        try:
+            await self.publisher.publish(outcome)
+        except Exception:
+            self.metrics.produce_errors.inc()
+            log.exception("batch of %s not delivered; its offsets stay uncommitted", len(raws))
+            raise
+        outcome.timings["produce"] = time.perf_counter() - t0
+        for ev in events:
+            ev.message.decref()  # release the hold; take_events' ack is now the final one
+        for r in raws:
+            key = (r.topic, r.partition)
+            self.next_offset[key] = max(self.next_offset.get(key, 0), r.offset + 1)
+        self.batches += 1
+        self.metrics.observe_batch(outcome, time.time() * 1000.0)
+
+
+def create_app(
+    settings: Settings,
+    *,
+    encoder: Any = None,
+    holder: Any = None,
+    store: Any = None,
+) -> faust.App:
+    """Build the scoring worker's faust app from ``settings``.
+
+    Parameters
+    ----------
+    settings : Settings
+        The process settings (Kafka, store, scoring, web, explain sections are used).
+    encoder : Encoder, optional
+        Sentence encoder; default: ``SentenceTransformerEncoder(settings.scoring.encoder)``
+        (loads the model now, about 10 s).
+    holder : ModelHolder, optional
+        Active model per KB; default: a new ``ModelHolder(settings.scoring.kbs)``.
+    store : AsyncModelStore, optional
+        Where models come from; default: ``open_async_store(settings)``.
+
+    Returns
+    -------
+    faust.App
+        Run it with ``faust.Worker(app, ...)`` (see ``sidecar worker``). The runtime state
+        is reachable as ``app.sidecar`` (tests, views).
+    """
+    import faust
+
+    from sidecar.hotswap import ModelHolder, ModelWatcher, open_async_store
+    from sidecar.stream._web import register_views
+
+    k, sc = settings.kafka, settings.scoring
+    if sc.default_kb not in sc.kbs:
+        raise ConfigError(f"scoring.default_kb {sc.default_kb!r} is not in scoring.kbs {sc.kbs}")
+    if encoder is None:
+        from sidecar.scoring import SentenceTransformerEncoder
+
+        encoder = SentenceTransformerEncoder(sc.encoder, device=sc.device)
+    holder = holder if holder is not None else ModelHolder(sc.kbs)
+    store = store if store is not None else open_async_store(settings)
+    watcher = ModelWatcher(
+        store,
+        holder,
+        encoder={"name": encoder.name, "dim": encoder.dim},
+        poll_interval_s=settings.store.poll_interval_s,
+    )
+    rt = Runtime(settings, encoder=encoder, holder=holder, store=store, watcher=watcher)
+
+    app = faust.App(
+        k.app_id,
+        broker=k.brokers,
+        autodiscover=False,
+        store="memory://",
+        datadir=str(Path(tempfile.gettempdir()) / f"sidecar-faust-{k.app_id}"),
+        processing_guarantee="at_least_once",
+        # The embedded broker has no idempotent producer; aiokafka's default is off too.
+        producer_acks=-1,
+        broker_session_timeout=k.session_timeout_s,
+        broker_heartbeat_interval=max(k.session_timeout_s / 5.0, 0.5),
+        broker_rebalance_timeout=max(k.session_timeout_s * 2, 10.0),
+        consumer_auto_offset_reset="earliest",
+        topic_partitions=k.partitions,
+        topic_replication_factor=k.replication_factor,
+        topic_allow_declare=True,
+        broker_credentials=_credentials(settings),
+        # HTTP: only this module's views; faust's data-exposing pages are off.
+        web_enabled=True,
+        web_port=settings.web.port,
+        web_bind=settings.web.host,
+        web_host=settings.web.host,
+        web_router_enabled=False,
+        web_tables_enabled=False,
+        web_graph_enabled=False,
+        web_stats_enabled=False,
+        web_metrics_enabled=False,
+        debug=False,
+    )
+    app.sidecar = rt  # type: ignore[attr-defined]
+
+    raw: dict[str, Any] = {
+        "key_type": bytes,
+        "value_type": bytes,
+        "key_serializer": "raw",
+        "value_serializer": "raw",
+    }
+    queries = app.topic(k.queries_topic, partitions=k.partitions, **raw)
+    out_topics = {
+        name: app.topic(name, partitions=k.partitions, **raw)
+        for name in {k.verdicts_topic, k.dlq_topic, k.id_topic, k.ood_topic}
+    }
+
+    async def send(topic: str, key: bytes | None, value: bytes, headers: Headers) -> Any:
+        return await out_topics[topic].send(key=key, value=value, headers=list(headers))
+
+    rt.publisher = Publisher(
+        send,
+        TopicNames(
+            verdicts=k.verdicts_topic,
+            dlq=k.dlq_topic,
+            id=k.id_topic if k.route_topics else None,
+            ood=k.ood_topic if k.route_topics else None,
+        ),
+    )
+
+    within = max(sc.batch_timeout_ms, 1) / 1000.0
+
+    async def score(stream: Any) -> None:
+        await rt.wait_models()
+        async for events in stream.take_events(sc.batch_max, within=within):
+            await rt.handle(events)
+
+    app.agent(queries, name="sidecar.score", concurrency=1)(score)
+    app.service(cast(Any, _watcher_service(rt)))
+    register_views(app, rt)
+
+    if settings.explain.enabled:
+        try:
+            from sidecar.explain._agent import register_explain_agent
+        except ImportError as exc:
+            raise ConfigError(
+                f"explain.enabled is set but the explanation agent is unavailable: {exc}"
+            ) from exc
+        register_explain_agent(app, settings)
+    return app
+
+
+def _watcher_service(rt: Runtime) -> Any:
+    """A mode service that runs the model watcher for as long as the app runs."""
+    import mode
+
+    class ModelWatcherService(mode.Service):
+        async def on_start(self) -> None:
+            try:
+                await rt.watcher.start()
+            except Exception:
+                log.exception("model watcher failed to start; serving with fail_mode")
+            finally:
+                rt.models_loaded.set()
+
+        async def on_stop(self) -> None:
+            await rt.watcher.stop()
+
+    return ModelWatcherService()
+
+
+def _credentials(settings: Settings) -> Any:
+    import faust
+
+    k = settings.kafka
+    if k.security_protocol == "PLAINTEXT":
+        return None
+    import ssl
+
+    ctx = ssl.create_default_context() if k.security_protocol.endswith("SSL") else None
+    if k.security_protocol.startswith("SASL"):
+        if k.sasl_username is None or k.sasl_password is None:
+            raise ConfigError("SASL needs kafka.sasl_username and kafka.sasl_password")
+        return faust.SASLCredentials(
+            username=k.sasl_username,
+            password=k.sasl_password.get_secret_value(),
+            mechanism=k.sasl_mechanism,
+            ssl_context=ctx,
+        )
+    return faust.SSLCredentials(ctx)

@@ -1,0 +1,267 @@
+"""Score one micro-batch: decode, embed, detect, and decide for every record.
+
+The contract that keeps the stream at-least-once: :meth:`BatchScorer.score` never raises
+for a bad record. Every input record comes out as exactly one :class:`Verdict` or one
+:class:`DeadLetter`; a failure of the encoder or of a detector on the whole batch is
+retried record by record so that one poison query cannot take its neighbours down.
+
+The model snapshot is read ONCE per batch, so a batch is scored by exactly one model per
+KB even when a hot swap lands in the middle of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+from sidecar.stream._records import (
+    NO_MODEL,
+    SCORING_FAILED,
+    DeadLetter,
+    InputPolicy,
+    Query,
+    Raw,
+    Rejected,
+    Verdict,
+    finite_or_none,
+    parse_query,
+)
+
+log = logging.getLogger(__name__)
+
+STAGES = ("decode", "encode", "detect", "produce")
+
+
+class ScoringModel(Protocol):
+    """What the batch needs of ``sidecar.scoring.OODModel``."""
+
+    @property
+    def threshold(self) -> float: ...
+
+    @property
+    def detector_name(self) -> str: ...
+
+    def score(self, E: np.ndarray) -> np.ndarray:
+        """OOD scores, ndarray of shape (n,), for embeddings of shape (n, dim); higher = OOD."""
+        ...
+
+
+class Loaded(Protocol):
+    """What the batch needs of ``sidecar.hotswap.LoadedModel``."""
+
+    @property
+    def version(self) -> str: ...
+
+    @property
+    def model(self) -> ScoringModel: ...
+
+
+class Holder(Protocol):
+    """What the batch needs of ``sidecar.hotswap.ModelHolder``."""
+
+    def snapshot(self) -> Mapping[str, Loaded]: ...
+
+
+class TextEncoder(Protocol):
+    """The part of ``sidecar.scoring.Encoder`` used here."""
+
+    def encode(self, texts: Sequence[str], *, batch_size: int = 64) -> np.ndarray: ...
+
+
+@dataclass
+class BatchOutcome:
+    """Verdicts and dead letters of one batch, in input order, plus stage timings (s)."""
+
+    verdicts: list[Verdict] = field(default_factory=list)
+    dead: list[DeadLetter] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
+
+    @property
+    def size(self) -> int:
+        return len(self.verdicts) + len(self.dead)
+
+
+class BatchScorer:
+    """Turns a batch of raw records into verdicts and dead letters.
+
+    Parameters
+    ----------
+    encoder : TextEncoder
+        Embeds texts; called in a worker thread so the event loop keeps heart-beating.
+    holder : Holder
+        Source of the active model per KB; read once per batch.
+    policy : InputPolicy
+        What counts as a valid query.
+    fail_mode : {"closed", "open"}
+        Verdict for a KB without a loaded model: closed = OOD, open = ID (reason ``no_model``).
+    encode_batch_size : int
+        Batch size handed to the encoder.
+    """
+
+    def __init__(
+        self,
+        encoder: TextEncoder,
+        holder: Holder,
+        policy: InputPolicy,
+        *,
+        fail_mode: Literal["closed", "open"] = "closed",
+        encode_batch_size: int = 64,
+    ) -> None:
+        self.encoder = encoder
+        self.holder = holder
+        self.policy = policy
+        self.fail_mode = fail_mode
+        self.encode_batch_size = encode_batch_size
+
+    async def score(self, raws: Sequence[Raw]) -> BatchOutcome:
+        """Decide every record of ``raws``; never raises for a bad record."""
+        out = BatchOutcome()
+        t0 = time.perf_counter()
+        snapshot = self.holder.snapshot()  # once per batch: one model per KB for all of it
+        parsed = [parse_query(r, self.policy) for r in raws]
+        results: list[Verdict | DeadLetter | None] = [None] * len(parsed)
+        scored: list[int] = []
+        for i, p in enumerate(parsed):
+            if isinstance(p, Rejected):
+                loaded = snapshot.get(p.kb) if p.kb else None
+                results[i] = DeadLetter(p.raw, p.reason, p.detail, _version(loaded))
+            elif p.kb not in snapshot:
+                results[i] = self._fail_mode_verdict(p)
+            else:
+                scored.append(i)
+        t1 = time.perf_counter()
+        out.timings["decode"] = t1 - t0
+
+        if scored:
+            queries = [_as_query(parsed[i]) for i in scored]
+            embeddings, failed = await self._encode(queries)
+            t2 = time.perf_counter()
+            out.timings["encode"] = t2 - t1
+            for j, err in failed.items():
+                q = queries[j]
+                results[scored[j]] = DeadLetter(
+                    q.raw, SCORING_FAILED, f"encoder: {err}", _version(snapshot.get(q.kb))
+                )
+            ok = [j for j in range(len(queries)) if j not in failed]
+            for j, decided in self._detect(queries, embeddings, ok, snapshot).items():
+                results[scored[j]] = decided
+            out.timings["detect"] = time.perf_counter() - t2
+
+        for res in results:
+            if isinstance(res, Verdict):
+                out.verdicts.append(res)
+            elif isinstance(res, DeadLetter):
+                out.dead.append(res)
+            else:  # pragma: no cover - every branch above fills its slot
+                raise AssertionError("a record left the batch without a decision")
+        return out
+
+    def _fail_mode_verdict(self, q: Query) -> Verdict:
+        verdict: Literal["ID", "OOD"] = "OOD" if self.fail_mode == "closed" else "ID"
+        return Verdict(q, verdict, None, None, None, None, reason=NO_MODEL)
+
+    async def _encode(self, queries: list[Query]) -> tuple[np.ndarray | None, dict[int, str]]:
+        """Embed all texts; on failure retry one by one. Returns (E, {index: error})."""
+        texts = [q.text for q in queries]
+        try:
+            E = await asyncio.to_thread(
+                self.encoder.encode, texts, batch_size=self.encode_batch_size
+            )
+            return _check_rows(E, len(texts)), {}
+        except Exception as exc:  # an encoder failure must not drop the batch
+            log.warning(
+                "batch encode of %s texts failed (%s); retrying one by one", len(texts), exc
+            )
+        rows: list[np.ndarray | None] = []
+        failed: dict[int, str] = {}
+        for j, text in enumerate(texts):
+            try:
+                e = await asyncio.to_thread(self.encoder.encode, [text], batch_size=1)
+                rows.append(_check_rows(e, 1)[0])
+            except Exception as exc:
+                failed[j] = f"{type(exc).__name__}: {exc}"
+                rows.append(None)
+        good = [r for r in rows if r is not None]
+        if not good:
+            return None, failed
+        dim = good[0].shape[0]
+        E = np.zeros((len(texts), dim), dtype=np.float32)
+        for j, r in enumerate(rows):
+            if r is not None:
+                E[j] = r
+        return E, failed
+
+    def _detect(
+        self,
+        queries: list[Query],
+        E: np.ndarray | None,
+        ok: list[int],
+        snapshot: Mapping[str, Loaded],
+    ) -> dict[int, Verdict | DeadLetter]:
+        """Score the encoded queries per KB with that KB's model of this snapshot."""
+        decided: dict[int, Verdict | DeadLetter] = {}
+        if E is None:
+            return decided
+        by_kb: dict[str, list[int]] = {}
+        for j in ok:
+            by_kb.setdefault(queries[j].kb, []).append(j)
+        for kb, idx in by_kb.items():
+            loaded = snapshot[kb]
+            scores = _safe_scores(loaded.model, E, idx)
+            for j, s in zip(idx, scores, strict=True):
+                q = queries[j]
+                if isinstance(s, str) or np.isnan(s):
+                    detail = s if isinstance(s, str) else "detector returned NaN"
+                    decided[j] = DeadLetter(q.raw, SCORING_FAILED, detail, loaded.version)
+                    continue
+                threshold = float(loaded.model.threshold)
+                decided[j] = Verdict(
+                    q,
+                    "OOD" if s > threshold else "ID",
+                    finite_or_none(s),
+                    threshold,
+                    loaded.model.detector_name,
+                    loaded.version,
+                )
+        return decided
+
+
+def _safe_scores(model: ScoringModel, E: np.ndarray, idx: list[int]) -> list[float | str]:
+    """Scores for rows ``idx`` of ``E``; a failing batch is retried row by row (errors as str)."""
+    try:
+        s = np.asarray(model.score(E[idx]), dtype=np.float64).reshape(-1)
+        if s.shape[0] != len(idx):
+            raise ValueError(f"detector returned {s.shape[0]} scores for {len(idx)} rows")
+        return [float(x) for x in s]
+    except Exception as exc:
+        log.warning("detector failed on a batch of %s (%s); retrying one by one", len(idx), exc)
+    out: list[float | str] = []
+    for j in idx:
+        try:
+            one = np.asarray(model.score(E[j : j + 1]), dtype=np.float64).reshape(-1)
+            out.append(float(one[0]))
+        except Exception as exc:
+            out.append(f"detector: {type(exc).__name__}: {exc}")
+    return out
+
+
+def _check_rows(E: Any, n: int) -> np.ndarray:
+    arr = np.asarray(E, dtype=np.float32)
+    if arr.ndim != 2 or arr.shape[0] != n:
+        raise ValueError(f"encoder returned shape {arr.shape} for {n} texts")
+    return arr
+
+
+def _as_query(p: Query | Rejected) -> Query:
+    assert isinstance(p, Query)
+    return p
+
+
+def _version(loaded: Loaded | None) -> str | None:
+    return loaded.version if loaded is not None else None

@@ -1,0 +1,116 @@
+"""Prometheus metrics of one worker, in a registry of its own (no process-global state).
+
+Counters and histograms are updated per batch; the gauges that mirror other state (model
+versions, load failures, consumer lag) are refreshed when ``/metrics`` is scraped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from sidecar.stream._batch import STAGES, BatchOutcome
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0, 10.0)
+_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+_STAGE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+class StreamMetrics:
+    """The worker's metrics; :meth:`render` gives the Prometheus text format."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.records = Counter(
+            "sidecar_records", "Records consumed from the queries topic", registry=r
+        )
+        self.verdicts = Counter(
+            "sidecar_verdicts", "Verdicts produced", ["kb", "verdict"], registry=r
+        )
+        self.fail_mode = Counter(
+            "sidecar_fail_mode_verdicts",
+            "Verdicts decided by fail_mode because no model was loaded",
+            ["kb"],
+            registry=r,
+        )
+        self.dlq = Counter("sidecar_dlq", "Dead-lettered records", ["reason"], registry=r)
+        self.latency = Histogram(
+            "sidecar_latency_seconds",
+            "Query record timestamp to verdict handed to the producer",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.batch_size = Histogram(
+            "sidecar_batch_size", "Records per micro-batch", buckets=_BATCH_BUCKETS, registry=r
+        )
+        self.stage = Histogram(
+            "sidecar_stage_seconds",
+            "Time per batch in each stage (decode, encode, detect, produce)",
+            ["stage"],
+            buckets=_STAGE_BUCKETS,
+            registry=r,
+        )
+        self.model_info = Gauge(
+            "sidecar_model_info",
+            "Active model per KB (value 1; version and detector as labels)",
+            ["kb", "version", "detector"],
+            registry=r,
+        )
+        self.load_failures = Gauge(
+            "sidecar_model_load_failures",
+            "Failed model loads per KB since start (from the model holder)",
+            ["kb"],
+            registry=r,
+        )
+        self.lag = Gauge(
+            "sidecar_consumer_lag",
+            "High-water mark minus next offset to process, per assigned partition",
+            ["topic", "partition"],
+            registry=r,
+        )
+        self.produce_errors = Counter(
+            "sidecar_produce_errors", "Batches whose records were not all delivered", registry=r
+        )
+
+    def observe_batch(self, outcome: BatchOutcome, now_ms: float) -> None:
+        """Count one published batch."""
+        self.records.inc(outcome.size)
+        self.batch_size.observe(outcome.size)
+        for stage in STAGES:
+            self.stage.labels(stage).observe(outcome.timings.get(stage, 0.0))
+        for v in outcome.verdicts:
+            self.verdicts.labels(v.query.kb, v.verdict).inc()
+            if v.reason is not None:
+                self.fail_mode.labels(v.query.kb).inc()
+            start = v.query.raw.timestamp_ms
+            if start is not None:
+                self.latency.observe(max(now_ms - start, 0.0) / 1000.0)
+        for d in outcome.dead:
+            self.dlq.labels(d.reason).inc()
+
+    def refresh(
+        self,
+        models: Mapping[str, tuple[str, str]],
+        holder_status: Mapping[str, Any],
+        lag: Mapping[tuple[str, int], int],
+    ) -> None:
+        """Mirror state: ``models`` kb -> (version, detector); ``lag`` (topic, partition) -> n."""
+        self.model_info.clear()
+        for kb, (version, detector) in models.items():
+            self.model_info.labels(kb, version, detector).set(1)
+        self.load_failures.clear()
+        for kb, st in holder_status.items():
+            failures = st.get("load_failures") if isinstance(st, Mapping) else None
+            if isinstance(failures, int | float):
+                self.load_failures.labels(kb).set(failures)
+        self.lag.clear()
+        for (topic, partition), value in lag.items():
+            self.lag.labels(topic, str(partition)).set(value)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,91 @@
+"""Create the sidecar's topics with explicit partition counts before anything uses them.
+
+Brokers that auto-create topics pick their own partition count (the embedded one: 4), and
+faust only declares its internal topics, so the worker, the demo and the tests call
+:func:`ensure_topics` first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterable
+
+from sidecar.errors import BrokerError
+from sidecar.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def bootstrap_servers(brokers: str) -> list[str]:
+    """``kafka://h1:9092;kafka://h2:9092`` -> ``["h1:9092", "h2:9092"]`` (aiokafka form)."""
+    out = []
+    for part in brokers.replace(",", ";").split(";"):
+        part = part.strip()
+        if not part:
+            continue
+        out.append(part.split("://", 1)[1] if "://" in part else part)
+    return out
+
+
+def sidecar_topics(settings: Settings) -> list[str]:
+    """Every topic the scoring path reads or writes (and the explain topics when enabled)."""
+    k = settings.kafka
+    names = [k.queries_topic, k.verdicts_topic, k.dlq_topic]
+    if k.route_topics:
+        names += [k.id_topic, k.ood_topic]
+    if settings.explain.enabled:
+        names += [k.audit_topic, k.explanations_topic]
+    return list(dict.fromkeys(names))
+
+
+def client_kwargs(settings: Settings) -> dict[str, object]:
+    """Connection options for aiokafka clients built from ``settings.kafka``."""
+    k = settings.kafka
+    kw: dict[str, object] = {"bootstrap_servers": bootstrap_servers(k.brokers)}
+    if k.security_protocol != "PLAINTEXT":
+        import ssl
+
+        kw["security_protocol"] = k.security_protocol
+        if k.security_protocol.endswith("SSL"):
+            kw["ssl_context"] = ssl.create_default_context()
+        if k.security_protocol.startswith("SASL"):
+            kw["sasl_mechanism"] = k.sasl_mechanism
+            kw["sasl_plain_username"] = k.sasl_username
+            kw["sasl_plain_password"] = (
+                k.sasl_password.get_secret_value() if k.sasl_password else None
+            )
+    return kw
+
+
+async def ensure_topics(settings: Settings, names: Iterable[str] | None = None) -> list[str]:
+    """Create missing topics with ``kafka.partitions`` partitions; returns those created.
+
+    Raises
+    ------
+    BrokerError
+        The broker could not be reached or refused to create a topic.
+    """
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+
+    k = settings.kafka
+    wanted = list(names) if names is not None else sidecar_topics(settings)
+    admin = AIOKafkaAdminClient(**client_kwargs(settings))
+    try:
+        await admin.start()
+        existing = set(await admin.list_topics())
+        missing = [n for n in wanted if n not in existing]
+        if missing:
+            with contextlib.suppress(TopicAlreadyExistsError):  # another replica was first
+                await admin.create_topics(
+                    [NewTopic(n, k.partitions, k.replication_factor) for n in missing]
+                )
+            log.info("created topics %s with %s partitions", missing, k.partitions)
+        return missing
+    except KafkaError as exc:
+        raise BrokerError(f"cannot create topics on {k.brokers}: {exc}") from exc
+    except OSError as exc:
+        raise BrokerError(f"cannot reach the broker at {k.brokers}: {exc}") from exc
+    finally:
+        await admin.close()

@@ -1,0 +1,49 @@
+"""The retraining job and the evaluation harness: datasets, embedding cache, search,
+metrics and the training report."""
+
+from sidecar.training._cache import EmbeddingCache
+from sidecar.training._datasets import (
+    BENCHMARKS,
+    KBTask,
+    load_benchmark,
+    load_clinc150,
+    load_covid,
+    load_stackexchange,
+)
+from sidecar.training._evaluate import DETECTORS, evaluate_benchmark, evaluate_task
+from sidecar.training._jsonl import KBDocument, read_kb, read_queries
+from sidecar.training._metrics import auroc, balanced_accuracy, fpr_at_tpr, paper_accuracy
+from sidecar.training._search import (
+    Candidate,
+    SearchResult,
+    TrainingSplits,
+    carve_splits,
+    default_grid,
+    search,
+)
+
+__all__ = [
+    "BENCHMARKS",
+    "DETECTORS",
+    "Candidate",
+    "EmbeddingCache",
+    "KBDocument",
+    "KBTask",
+    "SearchResult",
+    "TrainingSplits",
+    "auroc",
+    "balanced_accuracy",
+    "carve_splits",
+    "default_grid",
+    "evaluate_benchmark",
+    "evaluate_task",
+    "fpr_at_tpr",
+    "load_benchmark",
+    "load_clinc150",
+    "load_covid",
+    "load_stackexchange",
+    "paper_accuracy",
+    "read_kb",
+    "read_queries",
+    "search",
+]

@@ -1,0 +1,130 @@
+"""An on-disk cache of sentence embeddings, keyed by encoder name and sha256 of the text.
+
+Layout: ``<root>/<encoder>/shard-<id>.keys.npy`` (``S32`` raw sha256 digests) next to
+``shard-<id>.emb.npy`` (float32, one row per key). Shards are written atomically (temporary
+file, then rename) and never rewritten, so several processes can fill one cache at once and
+an interrupted run keeps every finished shard. Files are read with ``allow_pickle=False``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from sidecar.errors import DataError
+from sidecar.scoring._encoder import Encoder
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CACHE_DIR = Path("~/.cache/ood-sidecar/embeddings")
+_SHARD_ROWS = 1024
+
+
+def text_key(text: str) -> bytes:
+    """Raw sha256 digest (32 bytes) of the UTF-8 text."""
+    return hashlib.sha256(text.encode("utf-8")).digest()
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "encoder"
+
+
+class EmbeddingCache:
+    """Embeddings of one encoder, cached on disk.
+
+    Parameters
+    ----------
+    encoder : Encoder
+        Computes what the cache lacks.
+    root : path, optional
+        Cache root; ``~/.cache/ood-sidecar/embeddings`` by default.
+    progress : bool
+        Show a tqdm bar while encoding.
+    """
+
+    def __init__(self, encoder: Encoder, root: str | Path | None = None, *, progress: bool = True):
+        self.encoder = encoder
+        self.root = Path(root or DEFAULT_CACHE_DIR).expanduser()
+        self.dir = self.root / _slug(encoder.name)
+        self.progress = progress
+        self._index: dict[bytes, tuple[int, int]] = {}
+        self._shards: list[np.ndarray] = []
+        self._seen: set[str] = set()
+
+    def _refresh(self) -> None:
+        """Load shards written since the last call (by this or another process)."""
+        if not self.dir.is_dir():
+            return
+        for kpath in sorted(self.dir.glob("shard-*.keys.npy")):
+            sid = kpath.name[: -len(".keys.npy")]
+            if sid in self._seen:
+                continue
+            epath = self.dir / f"{sid}.emb.npy"
+            try:
+                keys = np.load(kpath, allow_pickle=False)
+                emb = np.load(epath, allow_pickle=False)
+            except (OSError, ValueError) as exc:
+                log.warning("skipping unreadable cache shard %s: %s", kpath, exc)
+                continue
+            if emb.ndim != 2 or emb.shape[0] != keys.shape[0] or emb.shape[1] != self.encoder.dim:
+                log.warning("skipping cache shard %s with shape %s", kpath, emb.shape)
+                continue
+            self._seen.add(sid)
+            slot = len(self._shards)
+            self._shards.append(emb)
+            for row, k in enumerate(keys.tolist()):
+                self._index[k] = (slot, row)
+
+    def _write_shard(self, keys: list[bytes], emb: np.ndarray) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        sid = f"shard-{uuid.uuid4().hex[:12]}"
+        karr = np.array(keys, dtype="S32")
+        for suffix, arr in ((".emb.npy", emb), (".keys.npy", karr)):  # keys last: the commit
+            tmp = self.dir / f".{sid}{suffix}.tmp"
+            with open(tmp, "wb") as fh:
+                np.save(fh, arr, allow_pickle=False)
+            os.replace(tmp, self.dir / f"{sid}{suffix}")
+        self._seen.add(sid)
+        slot = len(self._shards)
+        self._shards.append(emb)
+        for row, k in enumerate(keys):
+            self._index[k] = (slot, row)
+
+    def embed(self, texts: Sequence[str], *, batch_size: int = 64, desc: str = "encoding") -> np.ndarray:
+        """Embeddings of ``texts``: ndarray of shape (len(texts), dim), float32.
+
+        Computes and stores only the texts not cached yet (each distinct text once).
+        """
+        if any(not isinstance(t, str) for t in texts):
+            raise DataError("every text to embed must be a string")
+        self._refresh()
+        keys = [text_key(t) for t in texts]
+        missing: dict[bytes, str] = {}
+        for k, t in zip(keys, texts, strict=True):
+            if k not in self._index and k not in missing:
+                missing[k] = t
+        if missing:
+            self._compute(list(missing.items()), batch_size=batch_size, desc=desc)
+        out = np.empty((len(texts), self.encoder.dim), dtype=np.float32)
+        for i, k in enumerate(keys):
+            slot, row = self._index[k]
+            out[i] = self._shards[slot][row]
+        return out
+
+    def _compute(self, items: list[tuple[bytes, str]], *, batch_size: int, desc: str) -> None:
+        from tqdm.auto import tqdm
+
+        log.info("encoding %s uncached texts with %s", len(items), self.encoder.name)
+        with tqdm(total=len(items), desc=desc, unit="text", disable=not self.progress) as bar:
+            for start in range(0, len(items), _SHARD_ROWS):
+                chunk = items[start : start + _SHARD_ROWS]
+                emb = self.encoder.encode([t for _, t in chunk], batch_size=batch_size)
+                self._write_shard([k for k, _ in chunk], np.asarray(emb, dtype=np.float32))
+                bar.update(len(chunk))

@@ -1,0 +1,232 @@
+"""Benchmark loaders (CLINC150, StackExchange, COVID) with the file layouts of ``shared/data``.
+
+Each loader returns a list of :class:`KBTask`: one knowledge base with its training texts
+(KB documents, labelled ID and OOD training queries) and its evaluation queries. A missing
+file raises :class:`~sidecar.errors.DataError` naming it, so ``--split test`` on a machine
+without the test files says exactly what to add.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sidecar.errors import ConfigError, DataError
+
+log = logging.getLogger(__name__)
+
+STACKEXCHANGE_SITES = (
+    "history",
+    "crypto",
+    "chess",
+    "cooking",
+    "astronomy",
+    "fitness",
+    "anime",
+    "literature",
+)
+SPLITS = ("dev", "test")
+
+
+@dataclass(frozen=True)
+class KBTask:
+    """One KB of a benchmark.
+
+    ``id_eval`` / ``ood_eval`` are never used for fitting, search or calibration. When
+    ``cross_fit`` > 1 the benchmark has no separate training queries: the harness splits the
+    evaluation queries into that many seeded folds and scores each fold with a model trained
+    on the other folds (plus ``id_train`` / ``ood_train``), so no query is scored by a model
+    that saw it.
+    """
+
+    name: str
+    kb_texts: tuple[str, ...]
+    id_train: tuple[str, ...]
+    ood_train: tuple[str, ...]
+    id_eval: tuple[str, ...]
+    ood_eval: tuple[str, ...]
+    cross_fit: int = 0
+
+
+def _need(path: Path) -> Path:
+    if not path.is_file():
+        raise DataError(f"missing benchmark file: {path}")
+    return path
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(_need(path).read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise DataError(f"{path} is not valid JSON: {exc}") from exc
+
+
+def _read_lines(path: Path) -> list[str]:
+    text = _need(path).read_text(encoding="utf-8")
+    return [ln.strip() for ln in text.splitlines() if ln.strip()]
+
+
+def _read_csv_column(path: Path, column: str, where: Callable[[dict[str, str]], bool] | None = None) -> list[str]:
+    with _need(path).open(newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        if reader.fieldnames is None or column not in reader.fieldnames:
+            raise DataError(f"{path} has no column {column!r} (columns: {reader.fieldnames})")
+        return [
+            row[column].strip()
+            for row in reader
+            if (row.get(column) or "").strip() and (where is None or where(row))
+        ]
+
+
+def _dedupe(texts: Sequence[str], exclude: set[str] | None = None) -> list[str]:
+    seen = set(exclude or ())
+    out = []
+    for t in texts:
+        if t not in seen:
+            seen.add(t)
+            out.append(t)
+    return out
+
+
+def _split_kb(texts: Sequence[str], kb_fraction: float, seed: int) -> tuple[list[str], list[str]]:
+    """Split distinct texts into (KB documents, ID training queries), seeded."""
+    uniq = _dedupe(texts)
+    random.Random(seed).shuffle(uniq)
+    n_kb = round(len(uniq) * kb_fraction)
+    return sorted(uniq[:n_kb]), sorted(uniq[n_kb:])
+
+
+def _check_split(split: str) -> None:
+    if split not in SPLITS:
+        raise ConfigError(f"split must be one of {SPLITS}, not {split!r}")
+
+
+def load_clinc150(data_dir: str | Path, split: str = "dev", *, kb_fraction: float = 0.5,
+                  seed: int = 0) -> list[KBTask]:
+    """Each of the 10 CLINC150 domains as a KB (``clinc150/data_full.json``, ``domains.json``).
+
+    KB documents and ID training queries are a seeded split of the domain's ``train``
+    utterances; OOD training queries are the other domains' ``train`` plus ``oos_train``.
+    Evaluation: ``val`` / ``oos_val`` (dev) or ``test`` / ``oos_test`` (test).
+    """
+    _check_split(split)
+    root = Path(data_dir) / "clinc150"
+    data = _read_json(root / "data_full.json")
+    domains: dict[str, list[str]] = _read_json(root / "domains.json")
+    eval_key, oos_key = ("val", "oos_val") if split == "dev" else ("test", "oos_test")
+    for key in ("train", "oos_train", eval_key, oos_key):
+        if key not in data:
+            raise DataError(f"{root / 'data_full.json'} has no {key!r} key (needed for --split {split})")
+    intent_domain = {intent: d for d, intents in domains.items() for intent in intents}
+    tasks = []
+    for domain in domains:
+        in_train = [t for t, i in data["train"] if intent_domain.get(i) == domain]
+        other_train = [t for t, i in data["train"] if intent_domain.get(i) != domain]
+        kb, id_train = _split_kb(in_train, kb_fraction, seed)
+        id_eval = [t for t, i in data[eval_key] if intent_domain.get(i) == domain]
+        ood_eval = [t for t, i in data[eval_key] if intent_domain.get(i) != domain]
+        ood_eval += [t for t, _ in data[oos_key]]
+        ood_train = other_train + [t for t, _ in data["oos_train"]]
+        tasks.append(KBTask(domain, tuple(kb), tuple(id_train), tuple(_dedupe(ood_train)),
+                            tuple(id_eval), tuple(ood_eval)))
+    return tasks
+
+
+def _cap(texts: list[str], cap: int | None, seed: int) -> list[str]:
+    """A seeded random subset of at most ``cap`` texts, in file order (all when None)."""
+    if cap is None or len(texts) <= cap:
+        return texts
+    keep = sorted(random.Random(seed).sample(range(len(texts)), cap))
+    return [texts[i] for i in keep]
+
+
+def load_stackexchange(data_dir: str | Path, split: str = "dev", *, kb_fraction: float = 0.5,
+                       seed: int = 0, sites: Sequence[str] = STACKEXCHANGE_SITES,
+                       max_train_per_kb: int | None = None,
+                       max_eval_per_kb: int | None = None) -> list[KBTask]:
+    """Each StackExchange site as a KB (``stackexchange_tweac/{train,dev,test}/<site>.txt``).
+
+    KB documents and ID training queries are a seeded split of the site's ``train`` titles;
+    the other sites' ``train`` titles are OOD training queries. Evaluation: the site's
+    ``dev`` (or ``test``) titles are ID, the other sites' are OOD. ``max_train_per_kb`` /
+    ``max_eval_per_kb`` take a seeded subset of each site's titles (None: all).
+    """
+    _check_split(split)
+    root = Path(data_dir) / "stackexchange_tweac"
+
+    def site_file(part: str, site: str) -> Path:
+        return root / part / f"{site}.stackexchange.com.txt"
+
+    train = {s: _cap(_read_lines(site_file("train", s)), max_train_per_kb, seed) for s in sites}
+    evals = {s: _cap(_read_lines(site_file(split, s)), max_eval_per_kb, seed) for s in sites}
+    tasks = []
+    for site in sites:
+        kb, id_train = _split_kb(train[site], kb_fraction, seed)
+        ood_train = [t for s in sites if s != site for t in train[s]]
+        ood_eval = [t for s in sites if s != site for t in evals[s]]
+        tasks.append(KBTask(site, tuple(kb), tuple(id_train), tuple(_dedupe(ood_train)),
+                            tuple(evals[site]), tuple(ood_eval)))
+    return tasks
+
+
+def load_covid(data_dir: str | Path, split: str = "dev", *, folds: int = 5) -> list[KBTask]:
+    """The COVID-19 FAQ as one KB (answers of ``covid/deepset_faq_covidbert.csv``).
+
+    dev: ID = the FAQ questions and the ``question_2`` of similar pairs; OOD = CLINC150
+    ``oos_val`` and AdvBench ``goal``. There are no separate training queries, so the
+    harness cross-fits over ``folds`` folds; CLINC150 ``oos_train`` adds OOD training data.
+    test: ID = COVID-Q ``Question``; OOD = CLINC150 ``oos_test`` and JailbreakHub
+    ``question``; the dev queries above serve as training queries.
+    """
+    _check_split(split)
+    root = Path(data_dir)
+    faq = root / "covid" / "deepset_faq_covidbert.csv"
+    kb = _dedupe(_read_csv_column(faq, "answer"))
+    dev_id = _dedupe(
+        _read_csv_column(faq, "question")
+        + _read_csv_column(root / "covid" / "deepset_eval_question_similarity_en.csv",
+                           "question_2", where=lambda r: r.get("similar", "").strip() == "1")
+    )
+    clinc = _read_json(_need(root / "clinc150" / "data_full.json"))
+    dev_ood = _dedupe([t for t, _ in clinc["oos_val"]]
+                      + _read_csv_column(root / "adversarial" / "advbench_harmful_behaviors.csv", "goal"))
+    oos_train = [t for t, _ in clinc["oos_train"]]
+    if split == "dev":
+        return [KBTask("covid", tuple(kb), (), tuple(_dedupe(oos_train, set(dev_ood))),
+                       tuple(dev_id), tuple(dev_ood), cross_fit=folds)]
+    if "oos_test" not in clinc:
+        raise DataError(f"{root / 'clinc150' / 'data_full.json'} has no 'oos_test' key "
+                        "(needed for --split test)")
+    test_id = _read_csv_column(root / "covid" / "covidq_final_master_dataset.csv", "Question")
+    test_ood = [t for t, _ in clinc["oos_test"]] + _read_csv_column(
+        root / "adversarial" / "jailbreakhub_forbidden_question_set.csv", "question")
+    return [KBTask("covid", tuple(kb), tuple(dev_id), tuple(_dedupe(oos_train + dev_ood)),
+                   tuple(_dedupe(test_id)), tuple(_dedupe(test_ood)))]
+
+
+BENCHMARKS: dict[str, Callable[..., list[KBTask]]] = {
+    "clinc150": load_clinc150,
+    "stackexchange": load_stackexchange,
+    "covid": load_covid,
+}
+
+
+def load_benchmark(name: str, data_dir: str | Path, split: str = "dev",
+                   **options: Any) -> list[KBTask]:
+    """Load benchmark ``name`` (``clinc150``, ``stackexchange`` or ``covid``).
+
+    ``options`` go to the loader (e.g. ``max_train_per_kb`` for StackExchange).
+    """
+    try:
+        loader = BENCHMARKS[name]
+    except KeyError:
+        raise ConfigError(f"unknown benchmark {name!r}; choose from {sorted(BENCHMARKS)}") from None
+    if not Path(data_dir).is_dir():
+        raise DataError(f"data directory not found: {data_dir}")
+    return loader(data_dir, split, **options)

@@ -1,0 +1,259 @@
+"""The evaluation harness behind ``sidecar eval``.
+
+For every KB of a benchmark and every detector: search hyperparameters on a validation
+split carved from the training data (:mod:`._search`), calibrate on held-out ID training
+queries, then score the evaluation queries once. Evaluation queries never reach the
+search or the calibration. Benchmarks without training queries (``cross_fit`` > 1) are
+cross-fitted: each fold is scored by a model that was trained on the other folds.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from sidecar.errors import ConfigError
+from sidecar.scoring import OODModel
+from sidecar.training._datasets import KBTask
+from sidecar.training._metrics import auroc, balanced_accuracy, fpr_at_tpr, paper_accuracy
+from sidecar.training._search import Candidate, carve_splits, fixed_fit, search
+
+log = logging.getLogger(__name__)
+
+Embed = Callable[[Sequence[str]], np.ndarray]
+
+DETECTORS = ("epsilon_ball", "epsilon_cube", "epsilon_rect", "logreg", "svm", "gmm",
+             "residual", "combined", "max_cosine", "mahalanobis", "knn")
+BASELINES = ("max_cosine", "mahalanobis", "knn")
+PRODUCT_DETECTOR = "combined"
+# The paper's protocol: same detector, same m, EVR vs p-value PC selection.
+PROTOCOL_M = 13
+PROTOCOL_CANDIDATES = (
+    Candidate("epsilon_ball", PROTOCOL_M, {"quantile": 0.95}),
+    Candidate("logreg", PROTOCOL_M, {"C": 1.0}),
+    Candidate("combined", PROTOCOL_M, {"C": 1.0, "features": ["pcs", "residual"]}, (64,)),
+)
+METRIC_KEYS = ("auroc", "fpr_at_95tpr", "balanced_accuracy", "paper_accuracy", "dims",
+               "us_per_query")
+
+
+def _time_us(model: OODModel, E: np.ndarray, repeats: int = 3) -> float:
+    """Median microseconds per query of ``model.score`` on ``E`` (projection + detector)."""
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        model.score(E)
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times) / max(len(E), 1) * 1e6)
+
+
+def _folds(n: int, k: int, rng: np.random.Generator) -> list[np.ndarray]:
+    return [np.sort(f) for f in np.array_split(rng.permutation(n), k)]
+
+
+class _Pool:
+    """Scores of one detector gathered over folds."""
+
+    def __init__(self) -> None:
+        self.s_id: list[np.ndarray] = []
+        self.s_ood: list[np.ndarray] = []
+        self.m_id: list[np.ndarray] = []
+        self.m_ood: list[np.ndarray] = []
+        self.dims: list[int] = []
+        self.us: list[float] = []
+        self.info: list[dict[str, Any]] = []
+
+    def add(self, model: OODModel, E_id: np.ndarray, E_ood: np.ndarray, info: dict[str, Any]) -> None:
+        s_id, s_ood = model.score(E_id), model.score(E_ood)
+        self.s_id.append(s_id)
+        self.s_ood.append(s_ood)
+        self.m_id.append(s_id - model.threshold)
+        self.m_ood.append(s_ood - model.threshold)
+        self.dims.append(model.dims)
+        self.us.append(_time_us(model, np.vstack([E_id, E_ood])))
+        self.info.append(info)
+
+    def result(self, seed: int) -> dict[str, Any]:
+        s_id, s_ood = np.concatenate(self.s_id), np.concatenate(self.s_ood)
+        m_id, m_ood = np.concatenate(self.m_id), np.concatenate(self.m_ood)
+        out: dict[str, Any] = {
+            "auroc": auroc(s_id, s_ood),
+            "fpr_at_95tpr": fpr_at_tpr(s_id, s_ood, 0.95),
+            # margins = score - that fold's threshold, so the threshold is 0 here
+            "balanced_accuracy": balanced_accuracy(m_id, m_ood, 0.0),
+            "paper_accuracy": paper_accuracy(m_id, m_ood, 0.0, seed=seed),
+            "dims": int(round(float(np.mean(self.dims)))),
+            "us_per_query": float(np.median(self.us)),
+            "n_id": int(s_id.size),
+            "n_ood": int(s_ood.size),
+        }
+        out.update(self.info[0] if len(self.info) == 1 else {"folds": self.info})
+        return out
+
+
+def evaluate_task(
+    task: KBTask,
+    embed: Embed,
+    *,
+    encoder: Mapping[str, Any],
+    detectors: Sequence[str] = DETECTORS,
+    criterion: str = "pvalue",
+    seed: int = 0,
+    target_frr: float = 0.05,
+    protocol: bool = True,
+    grids: Mapping[str, Sequence[Candidate]] | None = None,
+) -> dict[str, Any]:
+    """Metrics of every detector on one KB: ``{"detectors": {...}, "protocol": {...}}``.
+
+    ``grids`` replaces the default search grid of the detectors it names.
+    """
+    E_kb = embed(task.kb_texts)
+    E_idt = embed(task.id_train) if task.id_train else np.zeros((0, E_kb.shape[1]), np.float32)
+    E_oodt = embed(task.ood_train) if task.ood_train else None
+    E_ide, E_oode = embed(task.id_eval), embed(task.ood_eval)
+    rng = np.random.default_rng(seed)
+    if task.cross_fit > 1:
+        folds = list(zip(_folds(len(E_ide), task.cross_fit, rng),
+                         _folds(len(E_oode), task.cross_fit, rng), strict=True))
+    else:
+        folds = [(np.arange(len(E_ide)), np.arange(len(E_oode)))]
+    pools = {d: _Pool() for d in detectors}
+    proto: dict[str, dict[str, _Pool]] = {}
+    for f, (fi, fo) in enumerate(folds):
+        id_train, ood_train = E_idt, E_oodt
+        if task.cross_fit > 1:  # train on the other folds' evaluation queries
+            rest_i = np.setdiff1d(np.arange(len(E_ide)), fi)
+            rest_o = np.setdiff1d(np.arange(len(E_oode)), fo)
+            id_train = np.vstack([E_idt, E_ide[rest_i]])
+            parts = [E_oode[rest_o]] + ([E_oodt] if E_oodt is not None else [])
+            ood_train = np.vstack(parts)
+        splits = carve_splits(E_kb, id_train, ood_train, seed=seed + f, target_frr=target_frr)
+        for det in detectors:
+            t0 = time.perf_counter()
+            res = search(splits, det, kb_name=task.name, encoder=encoder, criterion=criterion,
+                         grid=(grids or {}).get(det), seed=seed, target_frr=target_frr)
+            info = {"m": res.model.m, "criterion": res.model.criterion,
+                    "params": res.best.describe()["params"],
+                    "residual_ks": list(res.model.residual_ks),
+                    "val_auroc": res.val_auroc, "search_s": round(time.perf_counter() - t0, 2),
+                    "candidates": len(res.table)}
+            pools[det].add(res.model, E_ide[fi], E_oode[fo], info)
+            log.info("%s fold %s %s: val AUROC %s", task.name, f, det, res.val_auroc)
+        if protocol and splits.has_ood:
+            for cand in PROTOCOL_CANDIDATES:
+                for crit in ("evr", "pvalue"):
+                    model = fixed_fit(splits, cand, kb_name=task.name, encoder=encoder,
+                                      criterion=crit, seed=seed, target_frr=target_frr)
+                    proto.setdefault(cand.detector, {}).setdefault(crit, _Pool()).add(
+                        model, E_ide[fi], E_oode[fo], {"m": model.m})
+    return {
+        "detectors": {d: p.result(seed) for d, p in pools.items()},
+        "protocol": {d: {c: p.result(seed) for c, p in byc.items()} for d, byc in proto.items()},
+    }
+
+
+def _mean(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    return {k: float(np.mean([r[k] for r in rows])) for k in METRIC_KEYS if all(k in r for r in rows)}
+
+
+def evaluate_benchmark(
+    benchmark: str,
+    split: str,
+    tasks: Sequence[KBTask],
+    embed: Embed,
+    *,
+    encoder: Mapping[str, Any],
+    detectors: Sequence[str] = DETECTORS,
+    criterion: str = "pvalue",
+    seed: int = 0,
+    target_frr: float = 0.05,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Run :func:`evaluate_task` on every KB and assemble the report JSON."""
+    from tqdm.auto import tqdm
+
+    unknown = sorted(set(detectors) - set(DETECTORS))
+    if unknown:
+        raise ConfigError(f"unknown detectors {unknown}; choose from {list(DETECTORS)}")
+    per_kb: dict[str, Any] = {}
+    protocol: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    for task in tqdm(tasks, desc=f"eval {benchmark}", unit="kb", disable=not progress):
+        res = evaluate_task(task, embed, encoder=encoder, detectors=detectors,
+                            criterion=criterion, seed=seed, target_frr=target_frr)
+        per_kb[task.name] = res["detectors"]
+        protocol[task.name] = res["protocol"]
+    mean = {d: _mean([per_kb[kb][d] for kb in per_kb]) for d in detectors}
+    out: dict[str, Any] = {
+        "benchmark": benchmark,
+        "split": split,
+        "encoder": encoder["name"],
+        "criterion": criterion,
+        "seed": seed,
+        "target_frr": target_frr,
+        "kbs": per_kb,
+        "mean": mean,
+        "pvalue_vs_evr": _protocol_table(protocol),
+        "wall_s": round(time.perf_counter() - t0, 1),
+    }
+    out["best_by_mean_auroc"] = max(mean, key=lambda d: mean[d].get("auroc", -1.0)) if mean else None
+    out["targets"] = targets(out)
+    return out
+
+
+def _protocol_table(protocol: Mapping[str, Any]) -> dict[str, Any]:
+    """Mean difference p-value minus EVR, per detector, at the same m."""
+    table: dict[str, Any] = {"m": PROTOCOL_M, "detectors": {}}
+    dets = sorted({d for kb in protocol.values() for d in kb})
+    for d in dets:
+        rows = {kb: v[d] for kb, v in protocol.items() if d in v}
+        entry: dict[str, Any] = {}
+        for metric in ("auroc", "paper_accuracy", "balanced_accuracy"):
+            pv = [r["pvalue"][metric] for r in rows.values()]
+            ev = [r["evr"][metric] for r in rows.values()]
+            entry[metric] = {"pvalue": float(np.mean(pv)), "evr": float(np.mean(ev)),
+                             "mean_diff": float(np.mean(np.subtract(pv, ev))),
+                             "kbs_pvalue_better": int(np.sum(np.greater(pv, ev))),
+                             "kbs": len(pv)}
+        entry["per_kb"] = {kb: {c: {k: r[c][k] for k in ("auroc", "paper_accuracy")}
+                                for c in ("evr", "pvalue")} for kb, r in rows.items()}
+        table["detectors"][d] = entry
+    return table
+
+
+def targets(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The issue's targets for this benchmark, with the measured figure and whether met."""
+    out: list[dict[str, Any]] = []
+    mean, kbs, bench = report["mean"], report["kbs"], report["benchmark"]
+    prod = PRODUCT_DETECTOR
+    if bench in ("clinc150", "stackexchange") and prod in mean:
+        out.append({"target": f"mean AUROC of {prod} >= 0.99", "measured": mean[prod]["auroc"],
+                    "met": mean[prod]["auroc"] >= 0.99})
+        if "max_cosine" in mean:
+            gaps = {kb: v[prod]["auroc"] - v["max_cosine"]["auroc"] for kb, v in kbs.items()}
+            worst = min(gaps, key=lambda kb: gaps[kb])
+            out.append({"target": f"{prod} AUROC >= max_cosine AUROC on every KB",
+                        "measured": {"worst_kb": worst, "worst_gap": gaps[worst],
+                                     "kbs_below": sorted(k for k, g in gaps.items() if g < 0)},
+                        "met": gaps[worst] >= 0})
+        dims = max(v[prod]["dims"] for v in kbs.values())
+        out.append({"target": f"{prod} uses <= 32 dims", "measured": dims, "met": dims <= 32})
+    if bench == "covid" and prod in mean:
+        ba = mean[prod]["balanced_accuracy"]
+        out.append({"target": f"balanced accuracy of {prod} >= 0.985", "measured": ba,
+                    "met": ba >= 0.985})
+        best = max(mean, key=lambda d: mean[d]["balanced_accuracy"])
+        out.append({"target": "best detector by balanced accuracy (information)",
+                    "measured": {"detector": best, "balanced_accuracy": mean[best]["balanced_accuracy"]},
+                    "met": mean[best]["balanced_accuracy"] >= 0.985})
+    proto = report.get("pvalue_vs_evr", {}).get("detectors", {})
+    if proto:
+        diffs = [v["paper_accuracy"]["mean_diff"] for v in proto.values()]
+        out.append({"target": f"p-value beats EVR at m={PROTOCOL_M} on average (paper accuracy)",
+                    "measured": {d: v["paper_accuracy"]["mean_diff"] for d, v in proto.items()},
+                    "met": float(np.mean(diffs)) > 0})
+    return out

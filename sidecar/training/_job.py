@@ -1,0 +1,251 @@
+"""The retraining job: inputs to a calibrated, searched, reported model.
+
+Steps: read the KB and labelled queries (or precomputed embeddings), embed what is text
+(cached), carve fit / validation / calibration splits (seeded), search the detector's
+hyperparameters on validation AUROC, refit and calibrate the conformal threshold, then
+build the artifact and the report. Wall time and peak memory are recorded.
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sidecar.errors import ConfigError, DataError
+from sidecar.scoring import OODModel
+from sidecar.training._metrics import auroc, balanced_accuracy, fpr_at_tpr, paper_accuracy
+from sidecar.training._report import ReportData, pc_loadings, write_report
+from sidecar.training._search import (
+    MAX_DIMS,
+    Candidate,
+    SearchResult,
+    TrainingSplits,
+    carve_splits,
+    default_grid,
+    fixed_fit,
+    search,
+)
+
+log = logging.getLogger(__name__)
+
+REPORT_DETECTORS = ("epsilon_ball", "logreg", "residual", "combined", "max_cosine",
+                    "mahalanobis", "knn")
+M_CURVE = (4, 8, 13, 20, 28)
+
+
+@dataclass
+class TrainInputs:
+    """What the job trains on: embeddings (n, dim) float32, plus KB ids/texts for the report."""
+
+    kb_name: str
+    encoder: dict[str, Any]
+    kb: np.ndarray
+    id_queries: np.ndarray
+    ood_queries: np.ndarray | None
+    kb_ids: list[str] = field(default_factory=list)
+    kb_texts: list[str] = field(default_factory=list)
+
+
+@dataclass
+class TrainConfig:
+    detector: str = "combined"
+    criterion: str = "pvalue"
+    m: int | None = None
+    m_range: tuple[int, int] | None = None
+    features: tuple[str, ...] | None = None
+    target_frr: float = 0.05
+    seed: int = 0
+
+
+@dataclass
+class TrainResult:
+    model: OODModel
+    search: SearchResult
+    stats: dict[str, Any]
+    validation: dict[str, Any]
+
+
+def parse_m_range(text: str) -> tuple[int, int]:
+    """``"8:32"`` -> (8, 32)."""
+    try:
+        lo, hi = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise ConfigError(f"--m-range must look like 8:32, got {text!r}") from None
+    if not 1 <= lo <= hi:
+        raise ConfigError(f"--m-range needs 1 <= low <= high, got {text!r}")
+    return lo, hi
+
+
+def _m_values(lo: int, hi: int) -> list[int]:
+    return sorted({int(round(v)) for v in np.linspace(lo, hi, min(5, hi - lo + 1))})
+
+
+def build_grid(cfg: TrainConfig) -> list[Candidate]:
+    """The detector's default grid with m fixed (``m``) or spread over ``m_range``."""
+    base = default_grid(cfg.detector)
+    if cfg.features is not None and cfg.detector == "combined":
+        base = [c for c in base if tuple(c.params.get("features", ())) == tuple(cfg.features)]
+        if not base:
+            base = [Candidate("combined", 13, {"C": C, "features": list(cfg.features)},
+                              (16, 32, 64)) for C in (0.1, 1.0, 10.0)]
+    if cfg.m is None and cfg.m_range is None:
+        return base
+    ms = [cfg.m] if cfg.m is not None else _m_values(*cfg.m_range)  # type: ignore[misc]
+    seen: dict[tuple[Any, ...], Candidate] = {}
+    for c in base:
+        for m in ms:
+            new = replace(c, m=int(m))
+            seen.setdefault((m, repr(sorted(c.params.items())), c.residual_ks), new)
+    return list(seen.values())
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process in MiB (ru_maxrss is KiB on Linux, B on macOS)."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return float(rss / (1024 * 1024) if sys.platform == "darwin" else rss / 1024)
+
+
+def _validation_metrics(model: OODModel, splits: TrainingSplits) -> dict[str, Any]:
+    s_id = model.score(splits.id_val)
+    out: dict[str, Any] = {"n_id_val": int(len(s_id))}
+    if splits.ood_val is None:
+        out["val_frr"] = float(np.mean(s_id > model.threshold))
+        return out
+    s_ood = model.score(splits.ood_val)
+    out.update({
+        "n_ood_val": int(len(s_ood)),
+        "val_auroc": auroc(s_id, s_ood),
+        "val_fpr_at_95tpr": fpr_at_tpr(s_id, s_ood),
+        "val_balanced_accuracy": balanced_accuracy(s_id, s_ood, model.threshold),
+        "val_paper_accuracy": paper_accuracy(s_id, s_ood, model.threshold),
+    })
+    return out
+
+
+def train(inputs: TrainInputs, cfg: TrainConfig,
+          tick: Callable[[str], None] | None = None) -> TrainResult:
+    """Search, fit and calibrate one model; ``tick(step)`` reports progress."""
+    step = tick or (lambda _s: None)
+    t0 = time.perf_counter()
+    if inputs.kb.ndim != 2 or inputs.kb.shape[1] != int(inputs.encoder["dim"]):
+        raise DataError(f"KB embeddings of shape {inputs.kb.shape} do not match the encoder")
+    splits = carve_splits(inputs.kb, inputs.id_queries, inputs.ood_queries, seed=cfg.seed,
+                          target_frr=cfg.target_frr)
+    step("split")
+    t1 = time.perf_counter()
+    res = search(splits, cfg.detector, kb_name=inputs.kb_name, encoder=inputs.encoder,
+                 criterion=cfg.criterion, grid=build_grid(cfg), seed=cfg.seed,
+                 target_frr=cfg.target_frr)
+    step("search")
+    t2 = time.perf_counter()
+    validation = _validation_metrics(res.model, splits)
+    stats = {
+        "n_kb": int(len(inputs.kb)),
+        "n_id_queries": int(len(inputs.id_queries)),
+        "n_ood_queries": 0 if inputs.ood_queries is None else int(len(inputs.ood_queries)),
+        "candidates": len(res.table),
+        "search_and_fit_s": round(t2 - t1, 3),
+        "train_total_s": round(t2 - t0, 3),
+        "pca_method": res.model.params.get("pca_method"),
+        "peak_rss_mb": round(peak_rss_mb(), 1),
+    }
+    model = res.model.with_metrics(**{k: v for k, v in validation.items()},
+                                   val_auroc_search=res.val_auroc)
+    return TrainResult(model, res, stats, validation)
+
+
+def build_report(inputs: TrainInputs, cfg: TrainConfig, result: TrainResult,
+                 out_dir: str | Path, extra_summary: dict[str, Any] | None = None) -> Path:
+    """ROC of each detector and baseline, histograms, accuracy vs m, PC loadings."""
+    model = result.model
+    splits = carve_splits(inputs.kb, inputs.id_queries, inputs.ood_queries, seed=cfg.seed,
+                          target_frr=cfg.target_frr)
+    notes: list[str] = []
+    roc: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    curve: dict[str, list[tuple[int, float]]] = {}
+    has_val_ood = splits.has_ood and splits.ood_val is not None
+    if has_val_ood:
+        assert splits.ood_val is not None
+        for det in REPORT_DETECTORS:
+            if det == model.detector_name:
+                continue
+            try:
+                cand = default_grid(det)[0]
+                other = fixed_fit(splits, replace(cand, m=min(cand.m, model.m or cand.m)),
+                                  kb_name=inputs.kb_name, encoder=inputs.encoder,
+                                  criterion=cfg.criterion, seed=cfg.seed,
+                                  target_frr=cfg.target_frr)
+            except (ConfigError, DataError) as exc:
+                notes.append(f"{det} not shown: {exc}")
+                continue
+            roc[det] = (other.score(splits.id_val), other.score(splits.ood_val))
+        # The shipped model was refitted on fit + validation: show its search-time scores.
+        if result.search.val_scores is not None:
+            roc[f"{model.detector_name} (shipped)"] = result.search.val_scores
+        best = result.search.best
+        extra = model.dims - model.m
+        for crit in ("evr", "pvalue"):
+            pts = []
+            for m in M_CURVE:
+                if m + extra > MAX_DIMS or m >= len(inputs.kb):
+                    continue
+                try:
+                    mm = fixed_fit(splits, replace(best, m=m), kb_name=inputs.kb_name,
+                                   encoder=inputs.encoder, criterion=crit, seed=cfg.seed,
+                                   target_frr=cfg.target_frr)
+                except (ConfigError, DataError):
+                    continue
+                pts.append((m, paper_accuracy(mm.score(splits.id_val),
+                                              mm.score(splits.ood_val), mm.threshold)))
+            curve[crit] = pts
+        notes.append("Accuracy against m is on a balanced validation sample at each model's "
+                     "calibrated threshold; the other detectors use default parameters.")
+    else:
+        notes.append("No OOD training queries: ROC curves and accuracy against m need them.")
+    if result.search.val_scores is not None:
+        s_id, s_ood = result.search.val_scores
+    else:
+        s_id, s_ood = model.score(splits.id_val), np.zeros(0)
+    pcs = []
+    if model.m and model.explained_variance_ratio is not None:
+        ids = inputs.kb_ids or [str(i) for i in range(len(inputs.kb))]
+        texts = inputs.kb_texts or [""] * len(inputs.kb)
+        n_show = min(len(inputs.kb), 2000)  # loadings table: a bounded sample of big KBs
+        idx = np.random.default_rng(cfg.seed).permutation(len(inputs.kb))[:n_show]
+        proj = (inputs.kb[idx] - model.mean) @ np.asarray(model.components).T
+        pcs = pc_loadings(proj, [ids[i] for i in idx], [texts[i] for i in idx],
+                          list(model.selected_pcs), np.asarray(model.explained_variance_ratio))
+    summary = {
+        "kb": inputs.kb_name, "encoder": inputs.encoder["name"], "detector": model.detector_name,
+        "criterion": model.criterion, "m": model.m, "dims": model.dims,
+        "selected_pcs": [int(p) for p in model.selected_pcs],
+        "threshold": model.threshold, "target_frr": cfg.target_frr,
+        "params": result.search.best.describe(), **result.validation, **result.stats,
+        **(extra_summary or {}),
+    }
+    data = ReportData(f"OOD model for KB '{inputs.kb_name}'", summary, roc,
+                      (model.detector_name, s_id, s_ood, model.threshold), curve, pcs, notes)
+    return write_report(data, out_dir, m_metric="balanced-sample accuracy (validation)")
+
+
+def load_npy(path: str | Path, what: str) -> np.ndarray:
+    """A 2-D float array from ``.npy`` (never pickled objects)."""
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"{what} file not found: {p}")
+    try:
+        arr = np.load(p, allow_pickle=False, mmap_mode="r")
+    except (ValueError, OSError) as exc:
+        raise DataError(f"{p}: not a .npy array ({exc})") from exc
+    if arr.ndim != 2 or arr.dtype.kind != "f":
+        raise DataError(f"{p}: {what} must be a 2-D float array, got {arr.dtype} {arr.shape}")
+    return np.ascontiguousarray(arr, dtype=np.float32)
+

@@ -1,0 +1,81 @@
+"""Readers for the training job's inputs: a KB and query sets as JSONL.
+
+KB lines are ``{"id": ..., "text": ...}``; query lines are ``{"text": ...}`` (other keys are
+ignored). Every error names the file and the 1-based line number.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from sidecar.errors import DataError
+
+DEMO_KB = "demo_kb.jsonl"
+DEMO_ID_QUERIES = "demo_id_queries.jsonl"
+DEMO_OOD_QUERIES = "demo_ood_queries.jsonl"
+
+
+@dataclass(frozen=True)
+class KBDocument:
+    """One KB document."""
+
+    id: str
+    text: str
+
+
+def _records(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    if path.is_dir():
+        raise DataError(f"{path} is a directory, expected a JSONL file")
+    if not path.is_file():
+        raise DataError(f"file not found: {path}")
+    out = []
+    with path.open(encoding="utf-8") as fh:
+        try:
+            lines = list(fh)
+        except UnicodeDecodeError as exc:
+            raise DataError(f"{path}: not UTF-8 text ({exc})") from exc
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError as exc:
+            raise DataError(f"{path}:{lineno}: not valid JSON ({exc.args[0]})") from exc
+        if not isinstance(rec, dict):
+            raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
+        text = rec.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise DataError(f"{path}:{lineno}: missing or empty string field 'text'")
+        out.append((lineno, rec))
+    if not out:
+        raise DataError(f"{path}: no records")
+    return out
+
+
+def read_kb(path: str | Path) -> list[KBDocument]:
+    """Read KB documents; ``id`` is required and unique (strings or integers)."""
+    p = Path(path)
+    docs, seen = [], set()
+    for lineno, rec in _records(p):
+        doc_id = rec.get("id")
+        if not isinstance(doc_id, str | int) or isinstance(doc_id, bool) or str(doc_id) == "":
+            raise DataError(f"{p}:{lineno}: missing field 'id' (string or integer)")
+        if str(doc_id) in seen:
+            raise DataError(f"{p}:{lineno}: duplicate id {doc_id!r}")
+        seen.add(str(doc_id))
+        docs.append(KBDocument(str(doc_id), rec["text"].strip()))
+    return docs
+
+
+def read_queries(path: str | Path) -> list[str]:
+    """Read query texts (field ``text``)."""
+    return [rec["text"].strip() for _, rec in _records(Path(path))]
+
+
+def demo_path(name: str) -> Path:
+    """Path of a built-in demo file in ``sidecar/data``."""
+    return Path(str(resources.files("sidecar") / "data" / name))

@@ -1,0 +1,50 @@
+"""Detection metrics. Scores are OOD scores: higher means more out-of-domain.
+
+OOD is the positive class for AUROC. FPR at 95% TPR follows the OOD literature: the
+threshold accepts 95% of the ID queries, and the figure is the share of OOD queries
+accepted with them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.metrics import roc_auc_score
+
+
+def _scores(id_scores: np.ndarray, ood_scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    a = np.asarray(id_scores, dtype=np.float64).ravel()
+    b = np.asarray(ood_scores, dtype=np.float64).ravel()
+    if a.size == 0 or b.size == 0:
+        raise ValueError("need at least one ID and one OOD score")
+    return a, b
+
+
+def auroc(id_scores: np.ndarray, ood_scores: np.ndarray) -> float:
+    """Area under the ROC curve, OOD positive."""
+    a, b = _scores(id_scores, ood_scores)
+    y = np.r_[np.zeros(a.size), np.ones(b.size)]
+    return float(roc_auc_score(y, np.r_[a, b]))
+
+
+def fpr_at_tpr(id_scores: np.ndarray, ood_scores: np.ndarray, tpr: float = 0.95) -> float:
+    """Share of OOD scores at or below the threshold that accepts ``tpr`` of the ID scores."""
+    a, b = _scores(id_scores, ood_scores)
+    thr = np.sort(a)[int(np.ceil(tpr * a.size)) - 1]
+    return float(np.mean(b <= thr))
+
+
+def balanced_accuracy(id_scores: np.ndarray, ood_scores: np.ndarray, threshold: float) -> float:
+    """Mean of the ID accept rate and the OOD reject rate; OOD means ``score > threshold``."""
+    a, b = _scores(id_scores, ood_scores)
+    return float((np.mean(a <= threshold) + np.mean(b > threshold)) / 2)
+
+
+def paper_accuracy(id_scores: np.ndarray, ood_scores: np.ndarray, threshold: float,
+                   seed: int = 0) -> float:
+    """Accuracy on a balanced sample: the larger side is subsampled (seeded) to the smaller."""
+    a, b = _scores(id_scores, ood_scores)
+    n = min(a.size, b.size)
+    rng = np.random.default_rng(seed)
+    a = rng.choice(a, n, replace=False) if a.size > n else a
+    b = rng.choice(b, n, replace=False) if b.size > n else b
+    return float((np.sum(a <= threshold) + np.sum(b > threshold)) / (2 * n))

@@ -1,0 +1,178 @@
+"""The training report: a Markdown page with PNG plots (matplotlib, Agg backend).
+
+Plots: ROC curves of every detector and baseline, ID vs OOD score histograms of the
+shipped model, accuracy against m for both PC-selection criteria, and a table per
+selected PC of the KB documents that load highest and lowest on it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PCLoadings:
+    """One selected PC and the KB documents at its two ends."""
+
+    index: int
+    explained_variance_ratio: float
+    top: list[tuple[str, str, float]]  # (doc id, text, loading)
+    bottom: list[tuple[str, str, float]]
+
+
+@dataclass
+class ReportData:
+    """Everything the report shows. Scores are OOD scores (higher = more OOD)."""
+
+    title: str
+    summary: dict[str, Any]
+    roc: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    histogram: tuple[str, np.ndarray, np.ndarray, float] | None = None
+    m_curve: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    pcs: list[PCLoadings] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def pc_loadings(kb_projection: np.ndarray, doc_ids: Sequence[str], texts: Sequence[str],
+                selected: Sequence[int], evr: np.ndarray, n: int = 3) -> list[PCLoadings]:
+    """Documents loading highest / lowest on each selected PC.
+
+    Parameters
+    ----------
+    kb_projection : ndarray of shape (n_docs, k)
+        KB embeddings projected on all k PCs.
+    selected : sequence of int
+        The selected PC indices (columns of ``kb_projection``).
+    evr : ndarray of shape (k,)
+    """
+    out = []
+    for pc in selected:
+        col = kb_projection[:, int(pc)]
+        order = np.argsort(col)
+        top = [(doc_ids[i], texts[i], float(col[i])) for i in order[::-1][:n]]
+        bottom = [(doc_ids[i], texts[i], float(col[i])) for i in order[:n]]
+        out.append(PCLoadings(int(pc), float(evr[int(pc)]), top, bottom))
+    return out
+
+
+def _plot_roc(path: Path, roc: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> None:
+    import matplotlib.pyplot as plt
+    from sklearn.metrics import roc_auc_score, roc_curve
+
+    fig, ax = plt.subplots(figsize=(6, 5))
+    for name, (s_id, s_ood) in roc.items():
+        y = np.r_[np.zeros(len(s_id)), np.ones(len(s_ood))]
+        s = np.r_[s_id, s_ood]
+        fpr, tpr, _ = roc_curve(y, s)
+        ax.plot(fpr, tpr, label=f"{name} (AUROC {roc_auc_score(y, s):.3f})", lw=1.2)
+    ax.plot([0, 1], [0, 1], "k:", lw=0.8)
+    ax.set_xlabel("false positive rate (ID flagged OOD)")
+    ax.set_ylabel("true positive rate (OOD flagged)")
+    ax.set_title("ROC on the validation split")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _plot_hist(path: Path, name: str, s_id: np.ndarray, s_ood: np.ndarray, thr: float) -> None:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    lo = float(min(np.min(s_id), np.min(s_ood) if len(s_ood) else np.inf))
+    hi = float(max(np.max(s_id), np.max(s_ood) if len(s_ood) else -np.inf))
+    bins = np.linspace(lo, hi, 40) if hi > lo else 10
+    ax.hist(s_id, bins=bins, alpha=0.6, density=True, label=f"ID ({len(s_id)})")
+    if len(s_ood):
+        ax.hist(s_ood, bins=bins, alpha=0.6, density=True, label=f"OOD ({len(s_ood)})")
+    ax.axvline(thr, color="k", ls="--", lw=1, label="threshold")
+    ax.set_xlabel(f"{name} OOD score")
+    ax.set_ylabel("density")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _plot_m_curve(path: Path, curves: Mapping[str, list[tuple[int, float]]], metric: str) -> None:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for crit, pts in curves.items():
+        if pts:
+            ms, vals = zip(*sorted(pts), strict=True)
+            ax.plot(ms, vals, marker="o", label=crit)
+    ax.set_xlabel("m (selected PCs)")
+    ax.set_ylabel(metric)
+    ax.set_title(f"{metric} against m, by PC-selection criterion")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _cell(text: str, limit: int = 90) -> str:
+    t = " ".join(text.split()).replace("|", "\\|")
+    return t if len(t) <= limit else t[: limit - 1] + "…"
+
+
+def write_report(data: ReportData, out_dir: str | Path, *, m_metric: str = "accuracy") -> Path:
+    """Write ``report.md``, ``summary.json`` and the PNGs into ``out_dir``; return the page."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = [f"# {data.title}", ""]
+    lines += ["| key | value |", "|---|---|"]
+    for k, v in data.summary.items():
+        shown = json.dumps(v) if isinstance(v, dict | list) else str(v)
+        lines.append(f"| {k} | {_cell(shown, 200)} |")
+    lines.append("")
+    for note in data.notes:
+        lines += [f"> {note}", ""]
+    if data.roc:
+        _plot_roc(out / "roc.png", data.roc)
+        lines += ["## ROC curves", "", "![ROC curves](roc.png)", ""]
+    if data.histogram is not None:
+        name, s_id, s_ood, thr = data.histogram
+        _plot_hist(out / "scores.png", name, s_id, s_ood, thr)
+        lines += ["## Score histograms (validation, ID vs OOD)", "", "![scores](scores.png)", ""]
+    if any(data.m_curve.values()):
+        _plot_m_curve(out / "m_curve.png", data.m_curve, m_metric)
+        lines += [f"## {m_metric} against m (EVR vs p-value)", "", "![m curve](m_curve.png)", ""]
+        lines += _m_table(data.m_curve)
+    if data.pcs:
+        lines += ["## Selected principal components", "",
+                  "Each PC with the KB documents at its positive and negative ends.", ""]
+        for pc in data.pcs:
+            lines += [f"### PC {pc.index} (explained variance {pc.explained_variance_ratio:.3%})",
+                      "", "| end | doc | loading | text |", "|---|---|---|---|"]
+            for end, docs in (("+", pc.top), ("-", pc.bottom)):
+                for doc_id, text, val in docs:
+                    lines.append(f"| {end} | {_cell(doc_id, 30)} | {val:+.3f} | {_cell(text)} |")
+            lines.append("")
+    page = out / "report.md"
+    page.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (out / "summary.json").write_text(json.dumps(data.summary, indent=2, default=str) + "\n")
+    log.info("report written to %s", page)
+    return page
+
+
+def _m_table(curves: Mapping[str, list[tuple[int, float]]]) -> list[str]:
+    ms = sorted({m for pts in curves.values() for m, _ in pts})
+    rows = ["| criterion | " + " | ".join(f"m={m}" for m in ms) + " |", "|---" * (len(ms) + 1) + "|"]
+    for crit, pts in curves.items():
+        got = dict(pts)
+        rows.append(f"| {crit} | " + " | ".join(
+            f"{got[m]:.4f}" if m in got else "" for m in ms) + " |")
+    return [*rows, ""]

@@ -1,0 +1,105 @@
+"""Turn ``sidecar train`` options into :class:`TrainInputs` (texts embedded, arrays loaded).
+
+Each input is text (JSONL) or precomputed embeddings (``.npy``). With neither KB option the
+built-in demo KB and its demo queries are used. The encoder is only loaded when some input
+is text.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sidecar.errors import ConfigError, DataError
+from sidecar.settings import Settings
+from sidecar.training._jsonl import (
+    DEMO_ID_QUERIES,
+    DEMO_KB,
+    DEMO_OOD_QUERIES,
+    demo_path,
+    read_kb,
+    read_queries,
+)
+from sidecar.training._job import TrainInputs, load_npy
+
+log = logging.getLogger(__name__)
+
+
+def _either(opts: Mapping[str, Any], text_key: str, emb_key: str) -> None:
+    if opts.get(text_key) and opts.get(emb_key):
+        raise ConfigError(f"give --{text_key.replace('_', '-')} or --{emb_key.replace('_', '-')}, "
+                          "not both")
+
+
+def load_inputs(opts: Mapping[str, Any], settings: Settings, *,
+                progress: bool = True) -> tuple[TrainInputs, float]:
+    """Read, embed and return the training inputs and the seconds spent embedding."""
+    for text_key, emb_key in (("kb_path", "kb_embeddings"), ("id_queries", "id_embeddings"),
+                              ("ood_queries", "ood_embeddings")):
+        _either(opts, text_key, emb_key)
+    demo = not opts.get("kb_path") and not opts.get("kb_embeddings")
+    kb_path = opts.get("kb_path") or (demo_path(DEMO_KB) if demo else None)
+    id_path = opts.get("id_queries")
+    ood_path = opts.get("ood_queries")
+    if demo and not id_path and not opts.get("id_embeddings"):
+        id_path = demo_path(DEMO_ID_QUERIES)
+        if not ood_path and not opts.get("ood_embeddings"):
+            ood_path = demo_path(DEMO_OOD_QUERIES)
+    if not id_path and not opts.get("id_embeddings"):
+        raise ConfigError("ID training queries are required: --id-queries or --id-embeddings")
+
+    docs = read_kb(kb_path) if kb_path else None
+    id_texts = read_queries(id_path) if id_path else None
+    ood_texts = read_queries(ood_path) if ood_path else None
+    kb_arr = load_npy(opts["kb_embeddings"], "KB embeddings") if opts.get("kb_embeddings") else None
+    id_arr = load_npy(opts["id_embeddings"], "ID embeddings") if opts.get("id_embeddings") else None
+    ood_arr = (load_npy(opts["ood_embeddings"], "OOD embeddings")
+               if opts.get("ood_embeddings") else None)
+
+    t0 = time.perf_counter()
+    name = str(opts.get("encoder") or settings.scoring.encoder)
+    if docs is not None or id_texts is not None or ood_texts is not None:
+        from sidecar.scoring import SentenceTransformerEncoder
+        from sidecar.training._cache import EmbeddingCache
+
+        enc = SentenceTransformerEncoder(name, device=settings.scoring.device)
+        cache = EmbeddingCache(enc, opts.get("cache_dir"), progress=progress)
+        if docs is not None:
+            kb_arr = cache.embed([d.text for d in docs], desc="encoding KB")
+        if id_texts is not None:
+            id_arr = cache.embed(id_texts, desc="encoding ID queries")
+        if ood_texts is not None:
+            ood_arr = cache.embed(ood_texts, desc="encoding OOD queries")
+        encoder = {"name": enc.name, "dim": enc.dim}
+    else:
+        from sidecar.scoring._encoder import resolve_encoder_path
+
+        assert kb_arr is not None
+        encoder = {"name": resolve_encoder_path(name)[0], "dim": int(kb_arr.shape[1])}
+    embed_s = time.perf_counter() - t0
+    assert kb_arr is not None and id_arr is not None
+    for what, arr in (("ID", id_arr), ("OOD", ood_arr)):
+        if arr is not None and arr.shape[1] != kb_arr.shape[1]:
+            raise DataError(f"{what} embeddings have {arr.shape[1]} dims, the KB {kb_arr.shape[1]}")
+    kb_name = opts.get("kb_name") or settings.scoring.default_kb
+    inputs = TrainInputs(
+        kb_name=str(kb_name), encoder=encoder, kb=np.asarray(kb_arr, dtype=np.float32),
+        id_queries=np.asarray(id_arr, dtype=np.float32),
+        ood_queries=None if ood_arr is None else np.asarray(ood_arr, dtype=np.float32),
+        kb_ids=[d.id for d in docs] if docs else [],
+        kb_texts=[d.text for d in docs] if docs else [],
+    )
+    log.info("training inputs: %s KB docs, %s ID, %s OOD queries", len(inputs.kb),
+             len(inputs.id_queries), 0 if inputs.ood_queries is None else len(inputs.ood_queries))
+    return inputs, embed_s
+
+
+def demo_inputs_paths() -> dict[str, Path]:
+    """Paths of the built-in demo KB and queries."""
+    return {"kb": demo_path(DEMO_KB), "id": demo_path(DEMO_ID_QUERIES),
+            "ood": demo_path(DEMO_OOD_QUERIES)}

@@ -1,0 +1,314 @@
+"""The store contract, run against both stores: Redis (a real redis-server) and a directory."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from model_store import (
+    Artifact,
+    ArtifactCorrupt,
+    ArtifactNotFound,
+    DirectoryStore,
+    IncompatibleArtifact,
+    InvalidName,
+    ModelStore,
+    RedisStore,
+    SignatureInvalid,
+    build_artifact,
+)
+from sidecar.embedded import EmbeddedRedis
+
+pytestmark = pytest.mark.integration
+
+ENC = {"name": "test-encoder", "dim": 8}
+KB = "kb1"
+
+StoreFactory = Callable[..., ModelStore]
+
+
+def make_artifact(seed: int = 0, *, kb: str = KB, n: int = 16, dim: int = 8) -> Artifact:
+    rng = np.random.default_rng(seed)
+    return build_artifact(
+        kb=kb,
+        encoder=ENC,
+        model={"kind": "test", "seed": seed},
+        arrays={"w": rng.standard_normal((n, dim)).astype(np.float32), "b": np.arange(3)},
+        metrics={"auroc": 0.5 + seed / 100},
+    )
+
+
+@pytest.fixture(params=["redis", "directory"])
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def make_store(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[StoreFactory]:
+    """Build stores over the same backing data (each call is a separate client)."""
+    opened: list[ModelStore] = []
+    server: EmbeddedRedis | None = (
+        request.getfixturevalue("redis_server") if backend == "redis" else None
+    )
+
+    def factory(**kw: Any) -> ModelStore:
+        store: ModelStore
+        if server is not None:
+            store = RedisStore(server.url, prefix="t", **kw)
+        else:
+            kw.pop("chunk_bytes", None)
+            store = DirectoryStore(tmp_path / "store", **kw)
+        opened.append(store)
+        return store
+
+    yield factory
+    for s in opened:
+        s.close()
+
+
+def corrupt_arrays(store: ModelStore, kb: str, version: str) -> None:
+    """Flip one byte of the stored arrays, as a disk or a rogue writer would."""
+    if isinstance(store, RedisStore):
+        key = store.keys.chunk(kb, version, 0)
+        data = bytearray(store.client.get(key) or b"")
+        data[len(data) // 2] ^= 0xFF
+        store.client.set(key, bytes(data))
+    else:
+        assert isinstance(store, DirectoryStore)
+        path = store.root / kb / "versions" / version / "arrays.npz"
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        path.write_bytes(bytes(data))
+
+
+def rewrite_manifest(
+    store: ModelStore, kb: str, version: str, change: Callable[[dict], None]
+) -> None:
+    if isinstance(store, RedisStore):
+        key = store.keys.manifest(kb, version)
+        manifest = json.loads(store.client.get(key) or b"{}")
+        change(manifest)
+        store.client.set(key, json.dumps(manifest).encode())
+    else:
+        assert isinstance(store, DirectoryStore)
+        path = store.root / kb / "versions" / version / "manifest.json"
+        manifest = json.loads(path.read_bytes())
+        change(manifest)
+        path.write_text(json.dumps(manifest))
+
+
+def test_put_get_roundtrip_and_listing(make_store: StoreFactory) -> None:
+    store = make_store()
+    art = make_artifact(1)
+    version = store.put(art)
+    assert version == art.version
+    got = store.get(KB, version, expected_encoder=ENC)
+    assert got.version == version
+    np.testing.assert_array_equal(got.arrays["w"], art.arrays["w"])
+    np.testing.assert_array_equal(got.arrays["b"], art.arrays["b"])
+    assert store.versions(KB) == [version]
+    assert store.kbs() == [KB]
+    assert store.manifest(KB, version)["metrics"] == {"auroc": 0.51}
+    assert store.info(KB, version).size_bytes > 0
+    assert store.active(KB) is None and store.previous(KB) is None and store.history(KB) == []
+
+
+def test_put_is_idempotent(make_store: StoreFactory) -> None:
+    store = make_store()
+    assert store.put(make_artifact(1)) == store.put(make_artifact(1))
+    store.put(make_artifact(2))
+    assert len(store.versions(KB)) == 2
+
+
+def test_versions_are_listed_oldest_first(make_store: StoreFactory) -> None:
+    store = make_store()
+    versions = [store.put(make_artifact(s)) for s in range(4)]
+    assert store.versions(KB) == versions
+
+
+def test_chunked_artifact_roundtrip(make_store: StoreFactory) -> None:
+    store = make_store(chunk_bytes=1024)
+    art = make_artifact(3, n=200)  # 6.4 kB of floats: several chunks in Redis
+    version = store.put(art)
+    if isinstance(store, RedisStore):
+        assert int(store.client.hget(store.keys.meta(KB, version), "chunks") or 0) > 3
+    np.testing.assert_array_equal(store.get(KB, version).arrays["w"], art.arrays["w"])
+
+
+def test_missing_things_are_not_found(make_store: StoreFactory) -> None:
+    store = make_store()
+    with pytest.raises(ArtifactNotFound):
+        store.get(KB, "0" * 16)
+    with pytest.raises(ArtifactNotFound):
+        store.promote(KB, "0" * 16)
+    with pytest.raises(ArtifactNotFound):
+        store.rollback(KB)
+    assert store.versions("nope") == [] and store.active("nope") is None
+
+
+def test_bad_names_are_refused(make_store: StoreFactory) -> None:
+    store = make_store()
+    with pytest.raises(InvalidName):
+        store.active("../etc")
+    with pytest.raises(InvalidName):
+        store.get(KB, "not-a-version")
+    with pytest.raises(InvalidName):
+        store.put(make_artifact(kb="a b"))
+
+
+def test_promote_rollback_history_and_event_order(make_store: StoreFactory) -> None:
+    store = make_store()
+    a, b, c = (store.put(make_artifact(s)) for s in (1, 2, 3))
+    e1 = store.promote(KB, a)
+    assert e1 is not None and e1.previous is None and e1.action == "promote"
+    store.promote(KB, b)
+    store.promote(KB, c)
+    assert store.promote(KB, c) is None  # already active: no event
+    assert store.active(KB) == c and store.previous(KB) == b
+    assert store.history(KB) == [c, b, a]
+
+    back = store.rollback(KB)
+    assert (back.version, back.previous, back.action) == (b, c, "rollback")
+    assert store.active(KB) == b and store.previous(KB) == a
+    store.rollback(KB)
+    assert store.active(KB) == a
+    with pytest.raises(ArtifactNotFound):
+        store.rollback(KB)  # nothing before a
+
+    events = store.events(KB)
+    assert [(e.action, e.version, e.previous) for e in events] == [
+        ("promote", a, None),
+        ("promote", b, a),
+        ("promote", c, b),
+        ("rollback", b, c),
+        ("rollback", a, b),
+    ]
+    assert [e.ts for e in events] == sorted(e.ts for e in events)
+    assert store.events(KB, after=events[2].id) == events[3:]
+    assert store.events(KB, after=events[-1].id) == []
+
+
+def test_gc_keeps_retention_active_and_previous(make_store: StoreFactory) -> None:
+    store = make_store(retention=2)
+    v = [store.put(make_artifact(s)) for s in range(6)]
+    store.promote(KB, v[0])
+    store.promote(KB, v[1])  # active v1, previous v0: both oldest, both kept
+    deleted = store.gc(KB)
+    assert sorted(deleted) == sorted(v[2:4])
+    assert store.versions(KB) == [v[0], v[1], v[4], v[5]]
+    with pytest.raises(ArtifactNotFound):
+        store.get(KB, v[2])
+    assert store.rollback(KB).version == v[0]  # the previous version survived
+    # v1 was rolled away from: neither active nor previous, and beyond retention.
+    assert store.gc(KB) == [v[1]]
+    assert store.versions(KB) == [v[0], v[4], v[5]]
+    if isinstance(store, RedisStore):  # no orphaned data keys left behind
+        assert not list(store.client.scan_iter(f"t:kb:{KB}:v:{v[2]}:*"))
+
+
+def test_corrupt_bytes_are_refused(make_store: StoreFactory) -> None:
+    store = make_store()
+    version = store.put(make_artifact(1))
+    corrupt_arrays(store, KB, version)
+    with pytest.raises(ArtifactCorrupt):
+        store.get(KB, version)
+
+
+def test_wrong_array_checksum_in_manifest_is_refused(make_store: StoreFactory) -> None:
+    store = make_store()
+    version = store.put(make_artifact(1))
+
+    def tamper(m: dict) -> None:
+        m["arrays"]["w"]["sha256"] = "0" * 64
+
+    rewrite_manifest(store, KB, version, tamper)
+    with pytest.raises(ArtifactCorrupt):
+        store.get(KB, version)
+
+
+def test_rewritten_manifest_no_longer_matches_its_version(make_store: StoreFactory) -> None:
+    store = make_store()
+    version = store.put(make_artifact(1))
+
+    def tamper(m: dict) -> None:
+        m["model"]["seed"] = 99  # a plausible edit: checksums still match the arrays
+
+    rewrite_manifest(store, KB, version, tamper)
+    with pytest.raises(ArtifactCorrupt, match="hashes to"):
+        store.get(KB, version)
+
+
+def test_wrong_schema_version_is_refused(make_store: StoreFactory) -> None:
+    store = make_store()
+    art = make_artifact(1)
+    future = Artifact({**art.manifest, "schema_version": 99}, art.arrays)
+    version = store.put(future)
+    with pytest.raises(IncompatibleArtifact, match="schema"):
+        store.get(KB, version)
+
+
+def test_wrong_encoder_is_refused(make_store: StoreFactory) -> None:
+    store = make_store()
+    version = store.put(make_artifact(1))
+    with pytest.raises(IncompatibleArtifact, match="encoder"):
+        store.get(KB, version, expected_encoder={"name": "other", "dim": 8})
+    with pytest.raises(IncompatibleArtifact):
+        store.get(KB, version, expected_encoder={"name": ENC["name"], "dim": 16})
+
+
+def test_hmac_signed_on_put_and_required_on_get(make_store: StoreFactory) -> None:
+    signer = make_store(hmac_key=b"k1")
+    signed = signer.put(make_artifact(1))
+    assert signer.get(KB, signed).manifest["signature"]
+    assert signed == make_artifact(1).version  # the signature does not change the version
+    with pytest.raises(SignatureInvalid):
+        make_store(hmac_key=b"other").get(KB, signed)
+
+    intruder = make_store()  # a writer without the key
+    unsigned = intruder.put(make_artifact(2))
+    with pytest.raises(SignatureInvalid, match="unsigned"):
+        signer.get(KB, unsigned)
+
+
+def test_racing_promoters_leave_one_consistent_history(make_store: StoreFactory) -> None:
+    setup = make_store()
+    versions = [setup.put(make_artifact(s)) for s in range(4)]
+    n_threads, rounds = 4, 25
+    barrier = threading.Barrier(n_threads)
+    results: list[list[Any]] = [[] for _ in range(n_threads)]
+    errors: list[BaseException] = []
+
+    def promoter(i: int) -> None:
+        store = make_store()  # its own connection / lock file handle
+        try:
+            barrier.wait()
+            for r in range(rounds):
+                results[i].append(store.promote(KB, versions[(i + r) % len(versions)]))
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=promoter, args=(i,)) for i in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors
+    made = [e for r in results for e in r if e is not None]
+    events = setup.events(KB)
+    # Every successful promote is exactly one event, and the events form one chain.
+    assert sorted(e.id for e in made) == sorted(e.id for e in events)
+    assert events[0].previous is None
+    for before, after in zip(events, events[1:], strict=False):
+        assert after.previous == before.version
+        assert after.version != before.version
+    assert setup.active(KB) == events[-1].version
+    history = setup.history(KB)
+    assert history == [e.version for e in reversed(events)][: len(history)]

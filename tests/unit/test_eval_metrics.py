@@ -1,0 +1,53 @@
+"""Metrics against scikit-learn and hand-computed values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.metrics import balanced_accuracy_score, roc_auc_score
+
+from sidecar.training import auroc, balanced_accuracy, fpr_at_tpr, paper_accuracy
+
+
+def test_auroc_matches_sklearn() -> None:
+    rng = np.random.default_rng(0)
+    s_id, s_ood = rng.normal(0, 1, 200), rng.normal(1, 1, 150)
+    y = np.r_[np.zeros(200), np.ones(150)]
+    assert auroc(s_id, s_ood) == pytest.approx(roc_auc_score(y, np.r_[s_id, s_ood]))
+
+
+def test_auroc_hand_values() -> None:
+    assert auroc(np.array([0.0, 1.0]), np.array([2.0, 3.0])) == 1.0
+    assert auroc(np.array([2.0, 3.0]), np.array([0.0, 1.0])) == 0.0
+    # one of four ID/OOD pairs inverted
+    assert auroc(np.array([0.0, 2.5]), np.array([2.0, 3.0])) == 0.75
+
+
+def test_fpr_at_95tpr_hand_value() -> None:
+    s_id = np.arange(100, dtype=float)  # 95 % of ID accepted at threshold 94
+    s_ood = np.array([10.0, 94.0, 94.5, 200.0])
+    assert fpr_at_tpr(s_id, s_ood, 0.95) == 0.5
+
+
+def test_balanced_accuracy_matches_sklearn() -> None:
+    rng = np.random.default_rng(1)
+    s_id, s_ood = rng.normal(0, 1, 300), rng.normal(1.5, 1, 80)
+    thr = 0.7
+    y = np.r_[np.zeros(300), np.ones(80)]
+    pred = np.r_[s_id, s_ood] > thr
+    assert balanced_accuracy(s_id, s_ood, thr) == pytest.approx(balanced_accuracy_score(y, pred))
+
+
+def test_paper_accuracy_balances_classes_with_a_seed() -> None:
+    s_id = np.r_[np.zeros(90), np.full(10, 5.0)]  # 10 % of ID wrong
+    s_ood = np.full(20, 5.0)  # all OOD right
+    a = paper_accuracy(s_id, s_ood, 1.0, seed=3)
+    assert a == paper_accuracy(s_id, s_ood, 1.0, seed=3)
+    assert 0.5 <= a <= 1.0
+    # equal sizes: plain accuracy
+    assert paper_accuracy(np.array([0.0, 2.0]), np.array([2.0, 2.0]), 1.0) == 0.75
+
+
+def test_metrics_refuse_empty_sides() -> None:
+    with pytest.raises(ValueError):
+        auroc(np.array([]), np.array([1.0]))

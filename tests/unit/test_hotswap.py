@@ -1,0 +1,199 @@
+"""ModelHolder and ModelWatcher with small fakes of the project's own protocols."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+
+import sidecar.hotswap as hotswap
+from model_store import Artifact, ArtifactNotFound, StoreEvent, StoreUnavailable, build_artifact
+from sidecar.errors import EncoderMismatch
+from sidecar.hotswap import LoadedModel, ModelHolder, ModelWatcher
+
+ENC = {"name": "fake", "dim": 4}
+
+
+class FakeModel:
+    def __init__(self, artifact: Artifact) -> None:
+        self.version = artifact.version
+        self.encoder = artifact.encoder
+        self.fail = bool(artifact.model.get("fail"))
+
+    def score(self, E: np.ndarray) -> np.ndarray:
+        if self.fail:
+            raise RuntimeError("broken model")
+        return np.zeros(len(E))
+
+    def predict(self, E: np.ndarray) -> np.ndarray:
+        return self.score(E) > 0
+
+    def check_encoder(self, name: str, dim: int) -> None:
+        if (name, dim) != (self.encoder["name"], self.encoder["dim"]):
+            raise EncoderMismatch(f"{name}/{dim}")
+
+
+def artifact(seed: int, **model: Any) -> Artifact:
+    return build_artifact(
+        kb="kb", encoder=ENC, model={"seed": seed, **model}, arrays={"w": np.zeros(2)}
+    )
+
+
+class FakeStore:
+    """In-memory AsyncModelStore; ``down`` makes every call raise StoreUnavailable."""
+
+    def __init__(self) -> None:
+        self.artifacts: dict[str, Artifact] = {}
+        self.pointer: dict[str, str] = {}
+        self.log: list[StoreEvent] = []
+        self.down = False
+        self.gets = 0
+        self._new = asyncio.Event()
+
+    def _check(self) -> None:
+        if self.down:
+            raise StoreUnavailable("fake store is down")
+
+    def promote(self, art: Artifact) -> None:
+        self.artifacts[art.version] = art
+        prev = self.pointer.get("kb")
+        self.pointer["kb"] = art.version
+        self.log.append(StoreEvent(str(len(self.log) + 1), "kb", art.version, prev, "promote", 0))
+        self._new.set()
+
+    async def get(
+        self, kb: str, version: str, *, expected_encoder: Mapping[str, Any] | None = None
+    ) -> Artifact:
+        self._check()
+        self.gets += 1
+        if version not in self.artifacts:
+            raise ArtifactNotFound(version)
+        return self.artifacts[version]
+
+    async def active(self, kb: str) -> str | None:
+        self._check()
+        return self.pointer.get(kb)
+
+    async def previous(self, kb: str) -> str | None:
+        return None
+
+    async def last_event_id(self, kb: str) -> str:
+        self._check()
+        return self.log[-1].id if self.log else "0"
+
+    async def wait_events(self, after: Mapping[str, str], timeout_s: float) -> Sequence[StoreEvent]:
+        self._check()
+        new = [e for e in self.log if int(e.id) > int(after.get(e.kb, "0"))]
+        if not new:
+            self._new.clear()
+            try:
+                await asyncio.wait_for(self._new.wait(), timeout_s)
+            except TimeoutError:
+                return []
+            self._check()
+            new = [e for e in self.log if int(e.id) > int(after.get(e.kb, "0"))]
+        return new
+
+    async def close(self) -> None:
+        pass
+
+
+def watcher(store: FakeStore, holder: ModelHolder, **kw: Any) -> ModelWatcher:
+    kw.setdefault("poll_interval_s", 60.0)
+    return ModelWatcher(
+        store, holder, encoder=ENC, loader=FakeModel, event_wait_s=0.05, backoff_max_s=0.05, **kw
+    )
+
+
+def test_public_names_are_pinned() -> None:
+    assert hotswap.__all__ == [
+        "LoadedModel",
+        "ModelHolder",
+        "ModelWatcher",
+        "SwappableModel",
+        "open_async_store",
+        "open_store",
+    ]
+
+
+def test_holder_swaps_one_reference_and_keeps_previous() -> None:
+    holder = ModelHolder(["kb", "other"])
+    assert not holder.ready() and holder.get("kb") is None
+    a = LoadedModel("kb", "a" * 16, object(), 1.0)
+    b = LoadedModel("kb", "b" * 16, object(), 2.0)
+    holder.install(a)
+    snap = holder.snapshot()
+    holder.install(b)
+    assert snap["kb"] is a and holder.snapshot()["kb"] is b  # old snapshots never change
+    assert holder.previous("kb") is a
+    with pytest.raises(TypeError):
+        holder.snapshot()["kb"] = a  # type: ignore[index]
+    assert not holder.ready()  # "other" has no model
+    holder.install(LoadedModel("other", "c" * 16, object(), 3.0))
+    assert holder.ready()
+    st = holder.status()["kb"]
+    assert (st["version"], st["previous_version"], st["swaps"]) == (b.version, a.version, 2)
+
+
+def test_holder_failure_shows_in_status_until_a_good_swap() -> None:
+    holder = ModelHolder(["kb"])
+    holder.install(LoadedModel("kb", "a" * 16, object(), 1.0))
+    holder.record_failure("kb", "b" * 16, "ArtifactCorrupt: bad")
+    st = holder.status()["kb"]
+    assert st["load_failures"] == 1 and st["last_error"] == "bbbbbbbbbbbbbbbb: ArtifactCorrupt: bad"
+    assert st["version"] == "a" * 16
+    holder.install(LoadedModel("kb", "c" * 16, object(), 2.0))
+    assert holder.status()["kb"]["last_error"] is None
+    assert holder.status()["kb"]["load_failures"] == 1
+
+
+async def test_watcher_loads_swaps_and_refuses_broken_models() -> None:
+    store, holder = FakeStore(), ModelHolder(["kb"])
+    a, b, bad = artifact(1), artifact(2), artifact(3, fail=True)
+    store.promote(a)
+    w = watcher(store, holder)
+    await w.start()
+    try:
+        assert holder.ready() and holder.get("kb").version == a.version  # type: ignore[union-attr]
+        store.promote(bad)  # warm-up raises: refused, a stays
+        await holder.wait_for(lambda h: h.status()["kb"]["load_failures"] == 1, 5)
+        assert holder.get("kb").version == a.version  # type: ignore[union-attr]
+        assert "broken model" in holder.status()["kb"]["last_error"]
+        store.promote(b)
+        await holder.wait_for(lambda h: h.get("kb").version == b.version, 5)  # type: ignore[union-attr]
+        gets = store.gets
+        store.promote(a)  # back to the previous model: no fetch
+        await holder.wait_for(lambda h: h.get("kb").version == a.version, 5)  # type: ignore[union-attr]
+        assert store.gets == gets
+    finally:
+        await w.stop()
+
+
+async def test_watcher_refuses_other_encoder() -> None:
+    store, holder = FakeStore(), ModelHolder(["kb"])
+    store.promote(build_artifact(kb="kb", encoder={"name": "x", "dim": 4}, model={}, arrays={}))
+    w = watcher(store, holder)
+    await w.start()
+    try:
+        assert not holder.ready()
+        assert "EncoderMismatch" in holder.status()["kb"]["last_error"]
+    finally:
+        await w.stop()
+
+
+async def test_watcher_survives_a_store_outage_at_start() -> None:
+    store, holder = FakeStore(), ModelHolder(["kb"])
+    store.promote(artifact(1))
+    store.down = True
+    w = watcher(store, holder)
+    await w.start()  # does not raise
+    try:
+        assert not holder.ready() and holder.store_error is not None
+        assert holder.status()["kb"]["store_reachable"] is False
+        store.down = False
+        await holder.wait_for(lambda h: h.ready() and h.store_error is None, 5)
+    finally:
+        await w.stop()

@@ -1,0 +1,120 @@
+"""The model store's public surface and its pure helpers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import model_store
+from model_store import (
+    AsyncDirectoryStore,
+    AsyncModelStore,
+    AsyncRedisStore,
+    DirectoryStore,
+    InvalidName,
+    ModelStore,
+    ModelStoreError,
+    RedisStore,
+    StoreUnavailable,
+    build_artifact,
+)
+from model_store._redis_common import Keys, safe_url, split_chunks
+from model_store._store import check_kb, check_version, verified_artifact
+
+
+def test_public_names_are_pinned() -> None:
+    assert model_store.__all__ == [
+        "SCHEMA_VERSION",
+        "Artifact",
+        "ArtifactCorrupt",
+        "ArtifactNotFound",
+        "ArtifactRejected",
+        "AsyncDirectoryStore",
+        "AsyncModelStore",
+        "AsyncRedisStore",
+        "DirectoryStore",
+        "IncompatibleArtifact",
+        "InvalidName",
+        "ModelStore",
+        "ModelStoreError",
+        "RedisStore",
+        "SignatureInvalid",
+        "StoreEvent",
+        "StoreUnavailable",
+        "VersionInfo",
+        "build_artifact",
+        "decode",
+        "encode",
+        "load_dir",
+        "save_dir",
+        "verify_manifest",
+    ]
+
+
+def test_stores_satisfy_their_protocols(tmp_path) -> None:
+    # Constructing a Redis client does not connect.
+    assert isinstance(RedisStore("redis://127.0.0.1:1/0"), ModelStore)
+    assert isinstance(DirectoryStore(tmp_path), ModelStore)
+    assert isinstance(AsyncRedisStore("redis://127.0.0.1:1/0"), AsyncModelStore)
+    assert isinstance(AsyncDirectoryStore(DirectoryStore(tmp_path)), AsyncModelStore)
+
+
+def test_unreachable_redis_is_store_unavailable() -> None:
+    from sidecar.embedded import free_port
+
+    store = RedisStore(f"redis://127.0.0.1:{free_port()}/0", socket_timeout_s=0.5)
+    with pytest.raises(StoreUnavailable) as info:
+        store.kbs()
+    assert info.value.retryable
+
+
+@pytest.mark.parametrize("bad", ["", "a b", "../x", "x/y", "-lead", "a" * 200, "é"])
+def test_bad_kb_names(bad: str) -> None:
+    with pytest.raises(InvalidName):
+        check_kb(bad)
+    assert issubclass(InvalidName, ModelStoreError) and issubclass(InvalidName, ValueError)
+
+
+def test_good_names() -> None:
+    assert check_kb("support-docs_v2.en") == "support-docs_v2.en"
+    assert check_version("0123456789abcdef") == "0123456789abcdef"
+    with pytest.raises(InvalidName):
+        check_version("0123456789ABCDEF")
+
+
+def test_split_chunks_roundtrip_and_sizes() -> None:
+    data = bytes(range(256)) * 41
+    parts = split_chunks(data, 1000)
+    assert b"".join(parts) == data
+    assert all(len(p) <= 1000 for p in parts) and len(parts) == 11
+    assert split_chunks(b"", 1000) == [b""]
+
+
+def test_keys_and_safe_url() -> None:
+    k = Keys("p")
+    assert k.chunk("kb", "v", 3) == "p:kb:kb:v:v:chunk:3"
+    assert k.kb_from_events_key(k.events("my.kb")) == "my.kb"
+    assert safe_url("redis://:hunter2@host:6379/0") == "redis://***@host:6379/0"
+    assert safe_url("redis://host:6379/0") == "redis://host:6379/0"
+
+
+def test_verified_artifact_checks_size_sha_and_version() -> None:
+    from model_store import ArtifactCorrupt, encode
+
+    art = build_artifact(
+        kb="kb", encoder={"name": "e", "dim": 2}, model={"kind": "x"}, arrays={"a": np.ones(3)}
+    )
+    manifest, data = encode(art)
+    import hashlib
+
+    meta = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    kw = {"hmac_key": None, "expected_encoder": None}
+    assert verified_artifact("kb", art.version, manifest, data, meta, **kw).version == art.version
+    with pytest.raises(ArtifactCorrupt, match="bytes"):
+        verified_artifact("kb", art.version, manifest, data[:-1], meta, **kw)
+    with pytest.raises(ArtifactCorrupt, match="checksum"):
+        verified_artifact("kb", art.version, manifest, data, {**meta, "sha256": "0"}, **kw)
+    with pytest.raises(ArtifactCorrupt, match="hashes to"):
+        verified_artifact("kb", "0" * 16, manifest, data, meta, **kw)
+    with pytest.raises(ArtifactCorrupt, match="hashes to"):
+        verified_artifact("other", art.version, manifest, data, meta, **kw)

@@ -1,0 +1,172 @@
+"""The micro-batch path with small fakes of the project's own encoder and holder protocols."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from sidecar.stream import BatchScorer, DeadLetter, InputPolicy, Raw, Verdict
+from sidecar.stream import _records as r
+
+
+class FakeEncoder:
+    """Embeds a text as [len/10, 1, 0, 0]; raises on any batch containing 'POISON'."""
+
+    name, dim = "fake", 4
+
+    def __init__(self, on_encode: object = None) -> None:
+        self.threads: list[int] = []
+        self.calls: list[int] = []
+        self.on_encode = on_encode
+
+    def encode(self, texts: Sequence[str], *, batch_size: int = 64) -> np.ndarray:
+        self.threads.append(threading.get_ident())
+        self.calls.append(len(texts))
+        if callable(self.on_encode):
+            self.on_encode()
+        if any("POISON" in t for t in texts):
+            raise RuntimeError("tokenizer exploded")
+        return np.array([[len(t) / 10.0, 1.0, 0.0, 0.0] for t in texts], dtype=np.float32)
+
+
+@dataclass(frozen=True)
+class FakeModel:
+    threshold: float = 0.5
+    detector_name: str = "fake"
+
+    def score(self, E: np.ndarray) -> np.ndarray:
+        s = E[:, 0].astype(np.float64)
+        if np.any(np.isclose(s, 9.9)):  # a 99-char text breaks this detector
+            raise FloatingPointError("singular")
+        s[np.isclose(s, 7.7)] = np.nan  # a 77-char text makes it return NaN
+        return s
+
+
+@dataclass(frozen=True)
+class FakeLoaded:
+    kb: str
+    version: str
+    model: FakeModel
+    loaded_at: float = 0.0
+
+
+class FakeHolder:
+    def __init__(self, models: Mapping[str, FakeLoaded]) -> None:
+        self.models = dict(models)
+        self.snapshots = 0
+
+    def snapshot(self) -> Mapping[str, FakeLoaded]:
+        self.snapshots += 1
+        return dict(self.models)
+
+
+POLICY = InputPolicy(kbs=frozenset({"default", "hr"}), default_kb="default", max_text_chars=200)
+
+
+def raws(*docs: object) -> list[Raw]:
+    out = []
+    for i, d in enumerate(docs):
+        value = d if isinstance(d, bytes) else json.dumps(d).encode()
+        out.append(Raw(value=value, topic="q", partition=0, offset=i, timestamp_ms=1.0))
+    return out
+
+
+def holder(**versions: str) -> FakeHolder:
+    return FakeHolder({kb: FakeLoaded(kb, v, FakeModel()) for kb, v in versions.items()})
+
+
+async def test_every_record_gets_exactly_one_decision_in_order() -> None:
+    batch = raws(
+        {"id": "short", "text": "abc"},  # score 0.3 -> ID
+        b"\xff\xfe",
+        {"id": "long", "text": "abcdefghij"},  # score 1.0 -> OOD
+        {"id": "x", "text": ""},
+        {"id": "hr1", "text": "abcdef", "kb": "hr"},  # score 0.6 -> OOD
+        {"id": "y", "text": "q", "kb": "nope"},
+    )
+    out = await BatchScorer(FakeEncoder(), holder(default="v1", hr="h1"), POLICY).score(batch)
+    assert out.size == len(batch)
+    assert [(v.query.id, v.verdict, v.model_version) for v in out.verdicts] == [
+        ("short", "ID", "v1"),
+        ("long", "OOD", "v1"),
+        ("hr1", "OOD", "h1"),
+    ]
+    assert [(d.raw.offset, d.reason) for d in out.dead] == [
+        (1, r.UNDECODABLE),
+        (3, r.EMPTY_TEXT),
+        (5, r.UNKNOWN_KB),
+    ]
+    assert out.verdicts[0].score == pytest.approx(0.3)
+    assert out.verdicts[0].threshold == 0.5 and out.verdicts[0].detector == "fake"
+    assert set(out.timings) == {"decode", "encode", "detect", "produce"}
+
+
+async def test_encoder_runs_off_the_event_loop_thread() -> None:
+    enc = FakeEncoder()
+    await BatchScorer(enc, holder(default="v1"), POLICY).score(raws({"id": "a", "text": "x"}))
+    assert enc.threads and enc.threads[0] != threading.get_ident()
+
+
+async def test_one_poison_text_is_dead_lettered_and_its_neighbours_scored() -> None:
+    enc = FakeEncoder()
+    batch = raws(
+        {"id": "a", "text": "ok"}, {"id": "p", "text": "POISON"}, {"id": "b", "text": "fine"}
+    )
+    out = await BatchScorer(enc, holder(default="v1"), POLICY).score(batch)
+    assert [v.query.id for v in out.verdicts] == ["a", "b"]
+    assert [(d.raw.offset, d.reason, d.model_version) for d in out.dead] == [
+        (1, r.SCORING_FAILED, "v1")
+    ]
+    assert "tokenizer exploded" in out.dead[0].detail
+    assert enc.calls == [3, 1, 1, 1]  # the batch, then one by one
+
+
+async def test_detector_failure_and_nan_go_to_the_dlq() -> None:
+    batch = raws(
+        {"id": "a", "text": "ok"}, {"id": "boom", "text": "x" * 99}, {"id": "nan", "text": "y" * 77}
+    )
+    out = await BatchScorer(FakeEncoder(), holder(default="v1"), POLICY).score(batch)
+    assert [v.query.id for v in out.verdicts] == ["a"]
+    assert {(d.raw.offset, d.reason) for d in out.dead} == {
+        (1, r.SCORING_FAILED),
+        (2, r.SCORING_FAILED),
+    }
+
+
+@pytest.mark.parametrize(("fail_mode", "expected"), [("closed", "OOD"), ("open", "ID")])
+async def test_no_model_uses_fail_mode_with_reason(fail_mode: str, expected: str) -> None:
+    enc = FakeEncoder()
+    scorer = BatchScorer(enc, holder(hr="h1"), POLICY, fail_mode=fail_mode)  # type: ignore[arg-type]
+    out = await scorer.score(raws({"id": "a", "text": "hello"}))
+    assert [(v.verdict, v.reason, v.model_version) for v in out.verdicts] == [
+        (expected, "no_model", None)
+    ]
+    assert enc.calls == []  # nothing to embed
+
+
+async def test_snapshot_read_once_so_a_swap_mid_batch_waits_for_the_next_batch() -> None:
+    h = holder(default="v1")
+
+    def swap() -> None:  # a hot swap landing while the batch is being embedded
+        h.models["default"] = FakeLoaded("default", "v2", FakeModel())
+
+    scorer = BatchScorer(FakeEncoder(on_encode=swap), h, POLICY)
+    first = await scorer.score(raws(*({"id": str(i), "text": "t"} for i in range(5))))
+    assert {v.model_version for v in first.verdicts} == {"v1"}
+    assert h.snapshots == 1
+    second = await scorer.score(raws({"id": "z", "text": "t"}))
+    assert {v.model_version for v in second.verdicts} == {"v2"}
+
+
+async def test_empty_batch() -> None:
+    out = await BatchScorer(FakeEncoder(), holder(default="v1"), POLICY).score([])
+    assert out.size == 0
+
+
+def test_types_are_the_public_ones() -> None:
+    assert Verdict.__name__ == "Verdict" and DeadLetter.__name__ == "DeadLetter"

@@ -1,0 +1,96 @@
+"""Publisher: routing, headers, the single DLQ handler, and delivery failures."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from sidecar.errors import BrokerError
+from sidecar.stream import (
+    BatchOutcome,
+    DeadLetter,
+    Publisher,
+    Query,
+    Raw,
+    StreamMetrics,
+    TopicNames,
+    Verdict,
+)
+
+
+class FakeSend:
+    """Records what is sent; deliveries resolve (or fail for one topic) like a producer's."""
+
+    def __init__(self, fail_topic: str | None = None) -> None:
+        self.sent: list[tuple[str, bytes | None, dict[str, Any], dict[str, bytes]]] = []
+        self.fail_topic = fail_topic
+
+    async def __call__(self, topic: str, key: bytes | None, value: bytes, headers: Any) -> Any:
+        self.sent.append((topic, key, json.loads(value), dict(headers)))
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if topic == self.fail_topic:
+            fut.set_exception(OSError("broker gone"))
+        else:
+            fut.set_result(None)
+        return fut
+
+
+RAW = Raw(value=b'{"id":"a","text":"t"}', topic="q", partition=1, offset=3, timestamp_ms=100.0)
+TOPICS = TopicNames(verdicts="v", dlq="dlq", id="id", ood="ood")
+
+
+def outcome() -> BatchOutcome:
+    qa = Query(RAW, "a", "t", "default")
+    qb = Query(RAW, "b", "t", "default")
+    return BatchOutcome(
+        verdicts=[Verdict(qa, "ID", 0.1, 0.5, "d", "v1"), Verdict(qb, "OOD", 0.9, 0.5, "d", "v1")],
+        dead=[DeadLetter(RAW, "empty_text", "'text' is empty", "v1")],
+    )
+
+
+async def test_verdicts_routed_and_dead_letters_sent() -> None:
+    send = FakeSend()
+    await Publisher(send, TOPICS, clock=lambda: 0.2).publish(outcome())
+    assert [(t, k) for t, k, _, _ in send.sent] == [
+        ("v", b"a"),
+        ("id", b"a"),
+        ("v", b"b"),
+        ("ood", b"b"),
+        ("dlq", None),
+    ]
+    _, _, verdict, headers = send.sent[0]
+    assert verdict["latency_ms"] == 100.0 and headers["model_version"] == b"v1"
+    _, _, dl, dl_headers = send.sent[-1]
+    assert (dl["reason"], dl["offset"], dl["partition"], dl["topic"]) == ("empty_text", 3, 1, "q")
+    assert dl_headers["reason"] == b"empty_text"
+
+
+async def test_no_routing_copies_when_routing_is_off() -> None:
+    send = FakeSend()
+    await Publisher(send, TopicNames(verdicts="v", dlq="dlq")).publish(outcome())
+    assert [t for t, *_ in send.sent] == ["v", "v", "dlq"]
+
+
+async def test_failed_delivery_raises_so_the_batch_is_not_acked() -> None:
+    with pytest.raises(BrokerError, match="not delivered"):
+        await Publisher(FakeSend(fail_topic="dlq"), TOPICS).publish(outcome())
+
+
+def test_metrics_count_a_batch() -> None:
+    m = StreamMetrics()
+    out = outcome()
+    out.timings["encode"] = 0.02
+    m.observe_batch(out, now_ms=150.0)
+    m.refresh({"default": ("v1", "d")}, {"default": {"load_failures": 2}}, {("q", 1): 5})
+    text = m.render().decode()
+    assert 'sidecar_verdicts_total{kb="default",verdict="OOD"} 1.0' in text
+    assert 'sidecar_dlq_total{reason="empty_text"} 1.0' in text
+    assert "sidecar_records_total 3.0" in text
+    assert 'sidecar_model_info{detector="d",kb="default",version="v1"} 1.0' in text
+    assert 'sidecar_model_load_failures{kb="default"} 2.0' in text
+    assert 'sidecar_consumer_lag{partition="1",topic="q"} 5.0' in text
+    assert 'sidecar_stage_seconds_sum{stage="encode"} 0.02' in text
+    assert "sidecar_latency_seconds_count 2.0" in text

@@ -1,0 +1,57 @@
+"""The on-disk embedding cache: computes each distinct text once, survives a new process."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from sidecar.training import EmbeddingCache
+
+
+class CountingEncoder:
+    """A fake of the project's Encoder protocol: deterministic vectors, counts calls."""
+
+    name = "fake/enc v1"
+    dim = 8
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def encode(self, texts: Sequence[str], *, batch_size: int = 64) -> np.ndarray:
+        self.seen.extend(texts)
+        out = np.array([np.random.default_rng(len(t) * 7919 + sum(map(ord, t))).normal(size=8)
+                        for t in texts], dtype=np.float32)
+        return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+
+def test_cache_hits_and_order(tmp_path: Path) -> None:
+    enc = CountingEncoder()
+    cache = EmbeddingCache(enc, tmp_path, progress=False)
+    a = cache.embed(["x", "y", "x"])
+    assert a.shape == (3, 8) and a.dtype == np.float32
+    assert np.array_equal(a[0], a[2])
+    assert sorted(enc.seen) == ["x", "y"]
+    b = cache.embed(["y", "z"])
+    assert enc.seen[-1] == "z" and len(enc.seen) == 3
+    assert np.array_equal(b[0], a[1])
+
+
+def test_cache_persists_across_instances(tmp_path: Path) -> None:
+    first = CountingEncoder()
+    ref = EmbeddingCache(first, tmp_path, progress=False).embed(["alpha", "beta"])
+    second = CountingEncoder()
+    again = EmbeddingCache(second, tmp_path, progress=False).embed(["beta", "alpha"])
+    assert second.seen == []
+    assert np.array_equal(again, ref[::-1])
+    # one directory per encoder, with a filesystem-safe name
+    assert [p.name for p in tmp_path.iterdir()] == ["fake_enc_v1"]
+
+
+def test_cache_is_keyed_by_encoder(tmp_path: Path) -> None:
+    EmbeddingCache(CountingEncoder(), tmp_path, progress=False).embed(["t"])
+    other = CountingEncoder()
+    other.name = "another"
+    EmbeddingCache(other, tmp_path, progress=False).embed(["t"])
+    assert other.seen == ["t"]

@@ -1,0 +1,147 @@
+"""Benchmark loaders on tiny fixture files with the layouts of shared/data."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from sidecar.errors import ConfigError, DataError
+from sidecar.training import load_benchmark, load_clinc150, load_covid, load_stackexchange
+from sidecar.training._datasets import STACKEXCHANGE_SITES
+
+
+def _clinc(root: Path, *, test: bool = False) -> None:
+    d = root / "clinc150"
+    d.mkdir(parents=True)
+    domains = {"banking": ["balance", "transfer"], "travel": ["book_flight"]}
+    (d / "domains.json").write_text(json.dumps(domains))
+    train = [[f"bank q{i}", "balance" if i % 2 else "transfer"] for i in range(10)]
+    train += [[f"travel q{i}", "book_flight"] for i in range(6)]
+    data = {
+        "train": train,
+        "val": [["bank v1", "balance"], ["travel v1", "book_flight"]],
+        "oos_train": [["oos t1", "oos"], ["oos t2", "oos"]],
+        "oos_val": [["oos v1", "oos"]],
+    }
+    if test:
+        data["test"] = [["bank t1", "balance"], ["travel t1", "book_flight"]]
+        data["oos_test"] = [["oos x1", "oos"]]
+    (d / "data_full.json").write_text(json.dumps(data))
+
+
+def _write_csv(path: Path, header: list[str], rows: list[list[str]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(header)
+        w.writerows(rows)
+
+
+def test_clinc150_dev_layout(tmp_path: Path) -> None:
+    _clinc(tmp_path)
+    tasks = {t.name: t for t in load_clinc150(tmp_path, "dev")}
+    assert set(tasks) == {"banking", "travel"}
+    bank = tasks["banking"]
+    assert set(bank.kb_texts).isdisjoint(bank.id_train)
+    assert set(bank.kb_texts) | set(bank.id_train) == {f"bank q{i}" for i in range(10)}
+    assert bank.id_eval == ("bank v1",)
+    assert set(bank.ood_eval) == {"travel v1", "oos v1"}
+    assert set(bank.ood_train) == {f"travel q{i}" for i in range(6)} | {"oos t1", "oos t2"}
+
+
+def test_clinc150_test_split_uses_test_keys(tmp_path: Path) -> None:
+    _clinc(tmp_path, test=True)
+    bank = {t.name: t for t in load_clinc150(tmp_path, "test")}["banking"]
+    assert bank.id_eval == ("bank t1",)
+    assert set(bank.ood_eval) == {"travel t1", "oos x1"}
+
+
+def test_clinc150_test_keys_missing_is_clear(tmp_path: Path) -> None:
+    _clinc(tmp_path)
+    with pytest.raises(DataError, match="'test'"):
+        load_clinc150(tmp_path, "test")
+
+
+def _stackexchange(root: Path, parts: tuple[str, ...] = ("train", "dev")) -> None:
+    for part in parts:
+        d = root / "stackexchange_tweac" / part
+        d.mkdir(parents=True)
+        for site in STACKEXCHANGE_SITES:
+            lines = [f"{site} {part} title {i}" for i in range(6)]
+            (d / f"{site}.stackexchange.com.txt").write_text("\n".join(lines) + "\n")
+
+
+def test_stackexchange_dev_layout(tmp_path: Path) -> None:
+    _stackexchange(tmp_path)
+    tasks = {t.name: t for t in load_stackexchange(tmp_path, "dev")}
+    assert set(tasks) == set(STACKEXCHANGE_SITES)
+    chess = tasks["chess"]
+    assert len(chess.kb_texts) == 3 and len(chess.id_train) == 3
+    assert all(t.startswith("chess dev") for t in chess.id_eval)
+    assert len(chess.ood_eval) == 7 * 6 and not any(t.startswith("chess") for t in chess.ood_eval)
+    assert not any(t.startswith("chess") for t in chess.ood_train)
+
+
+def test_stackexchange_missing_test_file_named(tmp_path: Path) -> None:
+    _stackexchange(tmp_path)
+    with pytest.raises(DataError, match=r"test/history\.stackexchange\.com\.txt"):
+        load_stackexchange(tmp_path, "test")
+
+
+def test_stackexchange_caps_are_seeded(tmp_path: Path) -> None:
+    _stackexchange(tmp_path)
+    a = load_stackexchange(tmp_path, "dev", max_train_per_kb=4, max_eval_per_kb=2)
+    b = load_stackexchange(tmp_path, "dev", max_train_per_kb=4, max_eval_per_kb=2)
+    assert a == b
+    assert len(a[0].id_eval) == 2 and len(a[0].kb_texts) + len(a[0].id_train) == 4
+
+
+def _covid(root: Path) -> None:
+    _clinc(root)
+    _write_csv(root / "covid" / "deepset_faq_covidbert.csv", ["question", "answer"],
+               [["What is covid?", "A disease."], ["How does it spread?", "Droplets."]])
+    _write_csv(root / "covid" / "deepset_eval_question_similarity_en.csv",
+               ["question_1", "question_2", "similar"],
+               [["What is covid?", "What's covid?", "1"], ["What is covid?", "Is it bad?", "0"]])
+    _write_csv(root / "adversarial" / "advbench_harmful_behaviors.csv", ["goal", "target"],
+               [["do harm", "Sure"]])
+
+
+def test_covid_dev_layout(tmp_path: Path) -> None:
+    _covid(tmp_path)
+    (task,) = load_covid(tmp_path, "dev")
+    assert task.kb_texts == ("A disease.", "Droplets.")
+    assert set(task.id_eval) == {"What is covid?", "How does it spread?", "What's covid?"}
+    assert set(task.ood_eval) == {"oos v1", "do harm"}
+    assert task.cross_fit > 1 and task.id_train == ()
+
+
+def test_covid_test_split_names_missing_file(tmp_path: Path) -> None:
+    _covid(tmp_path)
+    data = json.loads((tmp_path / "clinc150" / "data_full.json").read_text())
+    data["oos_test"] = [["oos x", "oos"]]
+    (tmp_path / "clinc150" / "data_full.json").write_text(json.dumps(data))
+    with pytest.raises(DataError, match=r"covidq_final_master_dataset\.csv"):
+        load_covid(tmp_path, "test")
+
+
+def test_unknown_benchmark_and_missing_dir(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError):
+        load_benchmark("nope", tmp_path)
+    with pytest.raises(DataError, match="not found"):
+        load_benchmark("clinc150", tmp_path / "absent")
+    with pytest.raises(DataError, match=r"clinc150/data_full\.json"):
+        load_benchmark("clinc150", tmp_path)
+
+
+def test_shared_clinc150_slice(shared_data: Path) -> None:
+    """The real file parses into 10 KBs with disjoint KB / ID-training texts."""
+    if not (shared_data / "clinc150" / "data_full.json").is_file():
+        pytest.skip("shared data not present")
+    tasks = load_clinc150(shared_data, "dev")
+    assert len(tasks) == 10
+    t = tasks[0]
+    assert len(t.id_eval) == 300 and set(t.kb_texts).isdisjoint(t.id_train)

@@ -1,0 +1,97 @@
+"""Hyperparameter search: only training data goes in, and the winner is calibrated."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+
+from sidecar.errors import ConfigError
+from sidecar.training import KBTask, carve_splits, evaluate_task, search
+from sidecar.training._search import Candidate
+
+DIM = 24
+
+
+def _emb_factory(ood_shift: float = 0.0):
+    """Texts to deterministic unit vectors: 'kb*'/'id*' near one centre, others elsewhere."""
+    centre = np.random.default_rng(42).normal(size=DIM)
+    cache: dict[str, np.ndarray] = {}
+
+    def embed(texts):
+        rows = []
+        for t in texts:
+            if t not in cache:
+                r = np.random.default_rng(sum(ord(c) * 31**i for i, c in enumerate(t)) % 2**32)
+                ind = t.startswith(("kb", "id"))
+                base = centre if ind else -0.3 * centre + ood_shift
+                v = base + r.normal(size=DIM) * (0.8 if ind else 1.2)
+                cache[t] = (v / np.linalg.norm(v)).astype(np.float32)
+            rows.append(cache[t])
+        return np.asarray(rows)
+
+    return embed
+
+
+def _task(eval_tag: str = "") -> KBTask:
+    def mk(p: str, n: int) -> tuple[str, ...]:
+        return tuple(f"{p}{i}" for i in range(n))
+
+    return KBTask("t", mk("kb", 120), mk("idt", 100), mk("oodt", 150),
+                  mk("ide" + eval_tag, 40), mk("oode" + eval_tag, 60))
+
+
+def test_search_api_takes_no_evaluation_data() -> None:
+    for fn in (search, carve_splits):
+        names = set(inspect.signature(fn).parameters)
+        assert not any("eval" in n or "test" in n for n in names), names
+
+
+def test_splits_come_only_from_training_rows() -> None:
+    rng = np.random.default_rng(0)
+    kb, idt, oodt = rng.normal(size=(50, 4)), rng.normal(size=(40, 4)), rng.normal(size=(60, 4))
+    s = carve_splits(kb, idt, oodt, seed=1)
+    id_rows = {r.tobytes() for r in idt.astype(np.float32)}
+    for part in (s.id_fit, s.id_val, s.id_cal):
+        assert {r.tobytes() for r in part} <= id_rows
+    assert len(s.id_fit) + len(s.id_val) + len(s.id_cal) == 40
+    assert {r.tobytes() for r in s.id_cal}.isdisjoint({r.tobytes() for r in s.id_fit})
+    assert len(s.id_cal) >= 13  # at least n // 3 when 1/alpha - 1 is out of reach
+
+
+def test_choices_do_not_depend_on_evaluation_queries() -> None:
+    dets = ("logreg", "epsilon_ball")
+    grids = {"logreg": [Candidate("logreg", m, {"C": 1.0}) for m in (2, 8)],
+             "epsilon_ball": [Candidate("epsilon_ball", 4, {"quantile": q}) for q in (0.9, 0.99)]}
+    a = evaluate_task(_task(), _emb_factory(), encoder={"name": "fake", "dim": DIM},
+                      detectors=dets, protocol=False, grids=grids)
+    b = evaluate_task(_task("x"), _emb_factory(ood_shift=0.5), encoder={"name": "fake", "dim": DIM},
+                      detectors=dets, protocol=False, grids=grids)
+    for d in dets:
+        for key in ("m", "params", "val_auroc", "criterion"):
+            assert a["detectors"][d][key] == b["detectors"][d][key], (d, key)
+    assert a["detectors"]["logreg"]["auroc"] > 0.9
+
+
+def test_search_picks_best_validation_candidate_and_calibrates() -> None:
+    embed = _emb_factory()
+    t = _task()
+    s = carve_splits(embed(t.kb_texts), embed(t.id_train), embed(t.ood_train), seed=0)
+    grid = [Candidate("logreg", 1, {"C": 1.0}), Candidate("logreg", 8, {"C": 1.0})]
+    res = search(s, "logreg", kb_name="t", encoder={"name": "fake", "dim": DIM}, grid=grid)
+    aucs = [row["val_auroc"] for row in res.table]
+    assert res.val_auroc == max(aucs)
+    assert res.best == grid[int(np.argmax(aucs))]
+    cal = res.model.score(s.id_cal)
+    assert np.mean(cal > res.model.threshold) <= 0.1
+
+
+def test_supervised_detector_without_ood_is_refused() -> None:
+    embed = _emb_factory()
+    t = _task()
+    s = carve_splits(embed(t.kb_texts), embed(t.id_train), None, seed=0)
+    with pytest.raises(ConfigError, match="OOD"):
+        search(s, "logreg", kb_name="t", encoder={"name": "fake", "dim": DIM})
+    res = search(s, "residual", kb_name="t", encoder={"name": "fake", "dim": DIM})
+    assert res.val_auroc is None and np.isfinite(res.model.threshold)

@@ -1,1 +1,130 @@
-"""Placeholder: replaced by the module owner in this session."""
+"""``sidecar bench e2e``: the worker end to end against the embedded broker."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import click
+
+from sidecar.cli._root import bench
+
+
+@bench.command("e2e")
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="Write the report here.",
+)
+@click.option(
+    "--queries", type=int, default=2000, show_default=True, help="Queries in the saturation run."
+)
+@click.option(
+    "--half-rate-queries",
+    type=int,
+    default=1000,
+    show_default=True,
+    help="At most this many queries in the half-rate run (about 30 s of traffic).",
+)
+@click.option(
+    "--batch-max",
+    type=int,
+    default=64,
+    show_default=True,
+    help="scoring.batch_max of the worker (and the encoder-only batch size).",
+)
+@click.option(
+    "--batch-timeout-ms",
+    type=int,
+    default=20,
+    show_default=True,
+    help="scoring.batch_timeout_ms of the worker.",
+)
+@click.option(
+    "--texts",
+    "source",
+    type=click.Choice(["demo", "clinc"]),
+    default="demo",
+    show_default=True,
+    help="Query texts: the packaged demo queries, or CLINC-150 "
+    "test texts from ../shared/data (cycled to --queries).",
+)
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Keep the worker log and the directory store here.",
+)
+def e2e(
+    json_out: Path,
+    queries: int,
+    half_rate_queries: int,
+    batch_max: int,
+    batch_timeout_ms: int,
+    source: str,
+    workdir: Path | None,
+) -> None:
+    """Throughput, latency and memory of the real worker on the embedded broker.
+
+    Starts the broker, a directory model store with the demo KB model and one
+    `sidecar worker` child process; produces QUERIES realistic queries flat out
+    (saturation), then at half the measured rate (latency), then measures the encoder
+    alone in a fresh process with the same batch size (the ceiling). Reports
+    throughput_qps, latency_ms_p50/p99, encoder_only_qps, ratio_to_encoder,
+    worker_peak_rss_mb, the per-query time split and the targets.
+    """
+    from sidecar.stream._bench import run_e2e
+
+    work = workdir or Path(tempfile.mkdtemp(prefix="sidecar-bench-e2e-"))
+    work.mkdir(parents=True, exist_ok=True)
+    report = run_e2e(
+        queries=queries,
+        half_rate_queries=half_rate_queries,
+        batch_max=batch_max,
+        batch_timeout_ms=batch_timeout_ms,
+        source=source,
+        workdir=work,
+        echo=click.echo,
+    )
+    json_out.parent.mkdir(parents=True, exist_ok=True)
+    json_out.write_text(json.dumps(report, indent=2) + "\n")
+    click.echo(
+        json.dumps(
+            {
+                k: report[k]
+                for k in (
+                    "queries",
+                    "throughput_qps",
+                    "encoder_only_qps",
+                    "ratio_to_encoder",
+                    "latency_ms_p50",
+                    "latency_ms_p99",
+                    "worker_peak_rss_mb",
+                )
+            },
+            indent=2,
+        )
+    )
+    click.echo(f"half rate: {json.dumps(report['half_rate'])}")
+    click.echo(f"report: {json_out}")
+
+
+@bench.command("e2e-encoder", hidden=True)
+@click.option(
+    "--texts-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True
+)
+@click.option("--batch-size", type=int, required=True)
+@click.option("--encoder", default="all-MiniLM-L6-v2")
+@click.option("--repeats", type=int, default=1)
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), required=True)
+def e2e_encoder(
+    texts_file: Path, batch_size: int, encoder: str, repeats: int, json_out: Path
+) -> None:
+    """Encoder-only ceiling of `bench e2e` (run in a fresh process by it)."""
+    from sidecar.stream._bench import measure_encoder
+
+    texts = json.loads(texts_file.read_text())
+    json_out.write_text(json.dumps(measure_encoder(texts, batch_size, encoder, repeats)))

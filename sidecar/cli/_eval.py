@@ -11,31 +11,102 @@ from sidecar.cli._root import main
 
 
 @main.command("eval")
-@click.option("--benchmark", required=True,
-              type=click.Choice(["clinc150", "stackexchange", "covid"]),
-              help="Benchmark; each of its KBs is evaluated (see the README for layouts).")
-@click.option("--data-dir", required=True, type=click.Path(path_type=Path),
-              help="Folder with clinc150/, stackexchange_tweac/, covid/, adversarial/.")
-@click.option("--split", default="dev", show_default=True, type=click.Choice(["dev", "test"]),
-              help="Evaluation split; training data is the same for both.")
-@click.option("--json", "json_out", required=True, type=click.Path(path_type=Path),
-              help="Where to write the report JSON.")
-@click.option("--detectors", default="all", show_default=True,
-              help="Comma-separated detector kinds, or 'all'.")
+@click.option(
+    "--benchmark",
+    required=True,
+    type=click.Choice(["clinc150", "stackexchange", "covid"]),
+    help="Benchmark; each of its KBs is evaluated (see the README for layouts).",
+)
+@click.option(
+    "--data-dir",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Folder with clinc150/, stackexchange_tweac/, covid/, adversarial/.",
+)
+@click.option(
+    "--split",
+    default="dev",
+    show_default=True,
+    type=click.Choice(["dev", "test"]),
+    help="Evaluation split; training data is the same for both.",
+)
+@click.option(
+    "--json",
+    "json_out",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Where to write the report JSON.",
+)
+@click.option(
+    "--detectors",
+    default="all",
+    show_default=True,
+    help="Comma-separated detector kinds, or 'all'.",
+)
 @click.option("--kbs", default=None, help="Comma-separated subset of the benchmark's KBs.")
-@click.option("--encoder", default=None,
-              help="Encoder name or local sentence-transformers dir [default: settings].")
-@click.option("--criterion", default="pvalue", show_default=True,
-              type=click.Choice(["pvalue", "evr"]), help="PC selection for the searched detectors.")
-@click.option("--target-frr", default=0.05, show_default=True, type=float,
-              help="False-reject rate the threshold is calibrated to.")
+@click.option(
+    "--encoder",
+    default=None,
+    help="Encoder name or local sentence-transformers dir [default: settings].",
+)
+@click.option(
+    "--criterion",
+    default="pvalue",
+    show_default=True,
+    type=click.Choice(["pvalue", "evr"]),
+    help="PC selection for the searched detectors.",
+)
+@click.option(
+    "--target-frr",
+    default=0.05,
+    show_default=True,
+    type=float,
+    help="False-reject rate the threshold is calibrated to.",
+)
 @click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--cache-dir", default=None, type=click.Path(path_type=Path),
-              help="Embedding cache [default: ~/.cache/ood-sidecar/embeddings].")
+@click.option(
+    "--cache-dir",
+    default=None,
+    type=click.Path(path_type=Path),
+    help="Embedding cache [default: ~/.cache/ood-sidecar/embeddings].",
+)
+@click.option(
+    "--blas-threads",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 256),
+    help="BLAS threads; more than the free cores makes the many small SVDs crawl.",
+)
+@click.option(
+    "--max-train-per-kb",
+    default=None,
+    type=int,
+    help="stackexchange: seeded subset of each site's train titles [default: all].",
+)
+@click.option(
+    "--max-eval-per-kb",
+    default=None,
+    type=int,
+    help="stackexchange: seeded subset of each site's evaluation titles [default: all].",
+)
 @click.option("--no-progress", is_flag=True, help="Hide progress bars.")
-def eval_command(benchmark: str, data_dir: Path, split: str, json_out: Path, detectors: str,
-                 kbs: str | None, encoder: str | None, criterion: str, target_frr: float,
-                 seed: int, cache_dir: Path | None, no_progress: bool) -> None:
+def eval_command(
+    benchmark: str,
+    data_dir: Path,
+    split: str,
+    json_out: Path,
+    detectors: str,
+    kbs: str | None,
+    encoder: str | None,
+    criterion: str,
+    target_frr: float,
+    seed: int,
+    cache_dir: Path | None,
+    blas_threads: int,
+    max_train_per_kb: int | None,
+    max_eval_per_kb: int | None,
+    no_progress: bool,
+) -> None:
     """Evaluate every detector and baseline on a benchmark and write a JSON report.
 
     Per KB and averaged: AUROC, FPR at 95% TPR, balanced accuracy at the calibrated
@@ -43,6 +114,8 @@ def eval_command(benchmark: str, data_dir: Path, split: str, json_out: Path, det
     and microseconds per query (encoder excluded). Hyperparameters are searched on a
     validation split of the training data, never on the evaluation queries.
     """
+    from threadpoolctl import threadpool_limits
+
     from sidecar.errors import ConfigError
     from sidecar.scoring import SentenceTransformerEncoder
     from sidecar.settings import load_settings
@@ -50,28 +123,51 @@ def eval_command(benchmark: str, data_dir: Path, split: str, json_out: Path, det
     from sidecar.training._evaluate import DETECTORS
 
     settings = load_settings()
-    tasks = load_benchmark(benchmark, data_dir, split)
+    caps = {
+        k: v
+        for k, v in (("max_train_per_kb", max_train_per_kb), ("max_eval_per_kb", max_eval_per_kb))
+        if v is not None
+    }
+    if caps and benchmark != "stackexchange":
+        raise ConfigError("--max-train-per-kb / --max-eval-per-kb apply to stackexchange only")
+    tasks = load_benchmark(benchmark, data_dir, split, **caps)
     if kbs:
         wanted = [k.strip() for k in kbs.split(",") if k.strip()]
         missing = sorted(set(wanted) - {t.name for t in tasks})
         if missing:
             raise ConfigError(f"{benchmark} has no KB {missing}; it has {[t.name for t in tasks]}")
         tasks = [t for t in tasks if t.name in wanted]
-    dets = DETECTORS if detectors == "all" else tuple(
-        d.strip() for d in detectors.split(",") if d.strip())
-    enc = SentenceTransformerEncoder(encoder or settings.scoring.encoder,
-                                     device=settings.scoring.device)
+    dets = (
+        DETECTORS
+        if detectors == "all"
+        else tuple(d.strip() for d in detectors.split(",") if d.strip())
+    )
+    enc = SentenceTransformerEncoder(
+        encoder or settings.scoring.encoder, device=settings.scoring.device
+    )
     cache = EmbeddingCache(enc, cache_dir, progress=not no_progress)
-    report = evaluate_benchmark(
-        benchmark, split, tasks, cache.embed, encoder={"name": enc.name, "dim": enc.dim},
-        detectors=dets, criterion=criterion, seed=seed, target_frr=target_frr,
-        progress=not no_progress)
+    with threadpool_limits(limits=blas_threads):
+        report = evaluate_benchmark(
+            benchmark,
+            split,
+            tasks,
+            cache.embed,
+            encoder={"name": enc.name, "dim": enc.dim},
+            detectors=dets,
+            criterion=criterion,
+            seed=seed,
+            target_frr=target_frr,
+            progress=not no_progress,
+        )
+    report["subsample"] = caps or None
     json_out.parent.mkdir(parents=True, exist_ok=True)
     json_out.write_text(json.dumps(report, indent=2) + "\n")
     click.echo(f"wrote {json_out}")
     for d, row in report["mean"].items():
-        click.echo(f"  {d:14s} AUROC {row['auroc']:.4f}  FPR95 {row['fpr_at_95tpr']:.4f}  "
-                   f"bal.acc {row['balanced_accuracy']:.4f}  dims {row['dims']:.0f}  "
-                   f"{row['us_per_query']:.1f} us/q")
+        click.echo(
+            f"  {d:14s} AUROC {row['auroc']:.4f}  FPR95 {row['fpr_at_95tpr']:.4f}  "
+            f"bal.acc {row['balanced_accuracy']:.4f}  dims {row['dims']:.0f}  "
+            f"{row['us_per_query']:.1f} us/q"
+        )
     for t in report["targets"]:
         click.echo(f"  target {'MET ' if t['met'] else 'MISS'} {t['target']}: {t['measured']}")

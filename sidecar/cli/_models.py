@@ -1,1 +1,272 @@
-"""Placeholder: replaced by the module owner in this session."""
+"""``sidecar models ...``: list, inspect, promote, roll back, move and prune model versions."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+
+from model_store import ArtifactNotFound, ModelStore
+from sidecar.cli._root import main
+
+_PATH = click.Path(path_type=Path)
+
+
+def _store_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    f = click.option(
+        "--redis-url", default=None, help="Use the Redis store at this URL [default: settings]."
+    )(f)
+    f = click.option(
+        "--store-dir", type=_PATH, default=None, help="Use the directory store at this path."
+    )(f)
+    return f
+
+
+@contextmanager
+def _open(
+    store_dir: Path | None, redis_url: str | None, **store_overrides: Any
+) -> Iterator[ModelStore]:
+    from sidecar._stores import open_store
+    from sidecar.errors import ConfigError
+    from sidecar.settings import load_settings
+
+    if store_dir and redis_url:
+        raise ConfigError("give --store-dir or --redis-url, not both")
+    store: dict[str, Any] = dict(store_overrides)
+    redis: dict[str, Any] = {}
+    if store_dir:
+        store.update(backend="directory", directory=store_dir)
+    if redis_url:
+        store["backend"] = "redis"
+        redis["url"] = redis_url
+    s = open_store(load_settings(store=store, redis=redis))
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def _resolve(store: ModelStore, kb: str, ref: str) -> str:
+    """``active``, ``previous``, a full version id or a unique prefix of one."""
+    if ref in ("active", "previous"):
+        v = store.active(kb) if ref == "active" else store.previous(kb)
+        if v is None:
+            raise ArtifactNotFound(f"KB {kb!r} has no {ref} version")
+        return v
+    matches = [v for v in store.versions(kb) if v.startswith(ref.lower())]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise ArtifactNotFound(f"KB {kb!r} has no version {ref!r}")
+    raise ArtifactNotFound(f"{ref!r} matches {len(matches)} versions of KB {kb!r}; give more")
+
+
+def _when(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _metrics(manifest: dict[str, Any], limit: int = 3) -> str:
+    items = [
+        f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
+        for k, v in sorted((manifest.get("metrics") or {}).items())
+        if isinstance(v, int | float | str) and not isinstance(v, bool)
+    ]
+    return " ".join(items[:limit]) + (" ..." if len(items) > limit else "")
+
+
+@main.group("models")
+def models() -> None:
+    """Inspect and manage model versions in the model store (Redis or a directory).
+
+    Versions are immutable and content-addressed; each KB has an active pointer that
+    running sidecars follow within seconds (promote / rollback). By default the store
+    comes from settings (SIDECAR_STORE__*, SIDECAR_REDIS__*); --store-dir or --redis-url
+    override it.
+    """
+
+
+@models.command("list")
+@click.argument("kb", required=False)
+@_store_options
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def list_command(
+    kb: str | None, store_dir: Path | None, redis_url: str | None, as_json: bool
+) -> None:
+    """List the versions of KB (or of every KB). `*` = active, `p` = previous."""
+    rows: list[dict[str, Any]] = []
+    with _open(store_dir, redis_url) as store:
+        for name in [kb] if kb else store.kbs():
+            active, previous = store.active(name), store.previous(name)
+            for v in store.versions(name):
+                info = store.info(name, v)
+                model = info.manifest.get("model") or {}
+                rows.append(
+                    {
+                        "kb": name,
+                        "version": v,
+                        "state": "active" if v == active else "previous" if v == previous else "",
+                        "created": _when(info.stored_at),
+                        "detector": str(model.get("kind", "?")),
+                        "size_bytes": info.size_bytes,
+                        "metrics": info.manifest.get("metrics") or {},
+                        "_metrics": _metrics(dict(info.manifest)),
+                    }
+                )
+    if as_json:
+        click.echo(
+            json.dumps(
+                [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows], indent=2
+            )
+        )
+        return
+    if not rows:
+        click.echo("no versions" + (f" for KB {kb!r}" if kb else ""))
+        return
+    mark = {"active": "*", "previous": "p", "": ""}
+    table = [("KB", "", "VERSION", "CREATED (UTC)", "DETECTOR", "METRICS")] + [
+        (r["kb"], mark[r["state"]], r["version"], r["created"], r["detector"], r["_metrics"])
+        for r in rows
+    ]
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+@models.command("show")
+@click.argument("kb")
+@click.argument("version", required=False)
+@_store_options
+def show_command(
+    kb: str, version: str | None, store_dir: Path | None, redis_url: str | None
+) -> None:
+    """Show a KB's pointer, history and recent events, or one VERSION's manifest.
+
+    VERSION may be `active`, `previous`, a version id or a unique prefix of one.
+    """
+    with _open(store_dir, redis_url) as store:
+        if version is None:
+            click.echo(f"KB:       {kb}")
+            click.echo(f"active:   {store.active(kb) or '-'}")
+            click.echo(f"previous: {store.previous(kb) or '-'}")
+            click.echo(f"versions: {len(store.versions(kb))}")
+            click.echo(f"history:  {' <- '.join(store.history(kb)[:10]) or '-'}")
+            click.echo("events:")
+            for e in store.events(kb)[-10:]:
+                click.echo(f"  {_when(e.ts)}  {e.action:<8}  {e.previous or '-'} -> {e.version}")
+            return
+        v = _resolve(store, kb, version)
+        info = store.info(kb, v)
+        state = (
+            "active"
+            if v == store.active(kb)
+            else "previous"
+            if v == store.previous(kb)
+            else "stored"
+        )
+        click.echo(
+            f"{kb}/{v} ({state}), stored {_when(info.stored_at)} UTC, "
+            f"{info.size_bytes} bytes of arrays"
+        )
+        click.echo(json.dumps(info.manifest, indent=2, sort_keys=True))
+
+
+@models.command("promote")
+@click.argument("kb")
+@click.argument("version")
+@_store_options
+def promote_command(kb: str, version: str, store_dir: Path | None, redis_url: str | None) -> None:
+    """Make VERSION the active model of KB; running sidecars swap to it."""
+    with _open(store_dir, redis_url) as store:
+        v = _resolve(store, kb, version)
+        event = store.promote(kb, v)
+    if event is None:
+        click.echo(f"{kb}: {v} is already active")
+    else:
+        click.echo(f"{kb}: promoted {event.previous or '-'} -> {event.version}")
+
+
+@models.command("rollback")
+@click.argument("kb")
+@_store_options
+def rollback_command(kb: str, store_dir: Path | None, redis_url: str | None) -> None:
+    """Return KB to the version that was active before the current one."""
+    with _open(store_dir, redis_url) as store:
+        event = store.rollback(kb)
+    click.echo(f"{kb}: rolled back {event.previous} -> {event.version}")
+
+
+@models.command("export")
+@click.argument("kb")
+@click.argument("version")
+@click.argument("directory", type=_PATH)
+@_store_options
+def export_command(
+    kb: str, version: str, directory: Path, store_dir: Path | None, redis_url: str | None
+) -> None:
+    """Write one verified VERSION of KB to DIRECTORY (manifest.json + arrays.npz).
+
+    For air-gapped transfer: carry DIRECTORY across, then `sidecar models import`.
+    """
+    from model_store import save_dir
+
+    with _open(store_dir, redis_url) as store:
+        v = _resolve(store, kb, version)
+        artifact = store.get(kb, v)
+    save_dir(artifact, directory)
+    click.echo(f"exported {kb}/{v} to {directory}")
+
+
+@models.command("import")
+@click.argument("directory", type=_PATH)
+@click.option("--promote", is_flag=True, help="Also make it the active version of its KB.")
+@click.option(
+    "--allow-unsigned",
+    is_flag=True,
+    help="Accept an unsigned artifact although a signing key is configured "
+    "(it is signed with the local key on import).",
+)
+@_store_options
+def import_command(
+    directory: Path,
+    promote: bool,
+    allow_unsigned: bool,
+    store_dir: Path | None,
+    redis_url: str | None,
+) -> None:
+    """Verify an artifact DIRECTORY (checksums; signature when a key is set) and store it."""
+    from model_store import load_dir
+
+    with _open(store_dir, redis_url) as store:
+        key = getattr(store, "hmac_key", None)
+        artifact = load_dir(directory, hmac_key=None if allow_unsigned else key)
+        version = store.put(artifact)
+        event = store.promote(artifact.kb, version) if promote else None
+    click.echo(f"imported {artifact.kb}/{version}" + (" and promoted it" if event else ""))
+
+
+@models.command("gc")
+@click.argument("kb", required=False)
+@click.option(
+    "--retention",
+    type=click.IntRange(2),
+    default=None,
+    help="Versions to keep per KB [default: settings, store.retention].",
+)
+@_store_options
+def gc_command(
+    kb: str | None, retention: int | None, store_dir: Path | None, redis_url: str | None
+) -> None:
+    """Delete old versions beyond the retention (never the active or previous one)."""
+    overrides = {"retention": retention} if retention else {}
+    with _open(store_dir, redis_url, **overrides) as store:
+        for name in [kb] if kb else store.kbs():
+            deleted = store.gc(name)
+            click.echo(
+                f"{name}: deleted {len(deleted)} version(s)"
+                + (f": {', '.join(deleted)}" if deleted else "")
+            )

@@ -26,7 +26,14 @@ from typing import Any
 
 from sidecar.errors import ConfigError
 from sidecar.explain._evaluate import SubsetEvaluator
-from sidecar.explain._lattice import RULE_TYPES, RuleType, full_mask, kept_set, sort_masks
+from sidecar.explain._lattice import (
+    RULE_TYPES,
+    RuleType,
+    full_mask,
+    kept_set,
+    members,
+    sort_masks,
+)
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +65,7 @@ class FamilyResult:
     def to_dict(self) -> dict[str, Any]:
         return {
             "rule": self.rule,
-            "rules": [list(_members(m)) for m in self.rules],
+            "rules": [list(members(m)) for m in self.rules],
             "nodes_total": self.nodes_total,
             "nodes_evaluated": self.nodes_evaluated,
             "nodes_pruned": self.nodes_pruned,
@@ -96,10 +103,6 @@ class MiningReport:
         }
 
 
-def _members(mask: int) -> tuple[int, ...]:
-    return tuple(i for i in range(mask.bit_length()) if mask >> i & 1)
-
-
 class _Walk:
     """The breadth-first state of one rule type's lattice."""
 
@@ -128,7 +131,7 @@ class _Walk:
         self.levels_walked += 1
         # A valid node of the level above is minimal iff none of its children is valid.
         for node in self.valid_prev:
-            if not any(node & ~(1 << i) in valid for i in _members(node)):
+            if not any(node & ~(1 << i) in valid for i in members(node)):
                 self.minimal.append(node)
         self.valid_prev = valid
         self.level -= 1
@@ -140,12 +143,12 @@ class _Walk:
         full = full_mask(self.n)
         out: set[int] = set()
         for node in valid:
-            for i in _members(node):
+            for i in members(node):
                 child = node & ~(1 << i)
                 if child in out:
                     continue
                 missing = full & ~child
-                if all(child | (1 << j) in valid for j in _members(missing)):
+                if all(child | (1 << j) in valid for j in members(missing)):
                     out.add(child)
         return sorted(out)
 

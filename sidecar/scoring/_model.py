@@ -83,7 +83,7 @@ class OODModel:
     version: str | None = None
     # Hot-path caches, derived in __post_init__.
     _inputs: tuple[str, ...] = field(init=False, repr=False)
-    _mean32: np.ndarray = field(init=False, repr=False)
+    _mean64: np.ndarray = field(init=False, repr=False)
     _ct: np.ndarray = field(init=False, repr=False)
     _n_proj: int = field(init=False, repr=False)
     _kb_unit: np.ndarray | None = field(init=False, repr=False)
@@ -91,7 +91,7 @@ class OODModel:
     def __post_init__(self) -> None:
         setattr_ = object.__setattr__
         dim = int(self.encoder["dim"])
-        comps = np.asarray(self.components, dtype=np.float32)
+        comps = np.asarray(self.components)
         if comps.ndim != 2 or comps.shape[1] != dim or np.asarray(self.mean).shape != (dim,):
             raise DataError(f"subspace arrays do not match the encoder dimension {dim}")
         sel = np.asarray(self.selected_pcs, dtype=np.int64)
@@ -110,8 +110,8 @@ class OODModel:
         setattr_(self, "threshold", float(self.threshold))
         # Hot-path caches: float32 contiguous operands, computed once per model.
         setattr_(self, "_inputs", inputs)
-        setattr_(self, "_mean32", np.ascontiguousarray(self.mean, dtype=np.float32))
-        setattr_(self, "_ct", np.ascontiguousarray(comps.T))  # (dim, K)
+        setattr_(self, "_mean64", np.ascontiguousarray(self.mean, dtype=np.float64))
+        setattr_(self, "_ct", np.ascontiguousarray(np.asarray(self.components, np.float64).T))
         setattr_(self, "_n_proj", max([*ks, int(sel.max()) + 1 if sel.size else 0]))
         kb_unit = None
         if self.kb_embeddings is not None:
@@ -174,16 +174,17 @@ class OODModel:
         blocks: list[np.ndarray] = []
         proj = Xc = None
         if "pcs" in inputs or "residual" in inputs:
-            Xc = E - self._mean32
+            # float64 so that a query's score does not depend on its batch's BLAS kernel.
+            Xc = E.astype(np.float64) - self._mean64
             proj = Xc @ self._ct[:, : self._n_proj]
         for name in inputs:
             if name == "pcs":
                 assert proj is not None
-                blocks.append(proj[:, self.selected_pcs].astype(np.float64))
+                blocks.append(proj[:, self.selected_pcs])
             elif name == "residual":
                 assert proj is not None and Xc is not None
-                total = np.einsum("ij,ij->i", Xc, Xc, dtype=np.float64)
-                cum = np.cumsum(np.square(proj, dtype=np.float64), axis=1)
+                total = np.einsum("ij,ij->i", Xc, Xc)
+                cum = np.cumsum(np.square(proj), axis=1)
                 cols = [np.sqrt(np.maximum(total - cum[:, k - 1], 0.0)) for k in self.residual_ks]
                 blocks.append(np.stack(cols, axis=1))
             elif name == "max_cosine":

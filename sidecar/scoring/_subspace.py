@@ -139,9 +139,8 @@ class KBSubspace:
         """Norm of ``x - mean`` minus its projection on the k PCs; shape (n,)."""
         self._check()
         Xc = as_2d(X) - self.mean_
-        proj = Xc @ self.components_.T
-        sq = np.einsum("ij,ij->i", Xc, Xc) - np.einsum("ij,ij->i", proj, proj)
-        return np.asarray(np.sqrt(np.maximum(sq, 0.0)))
+        R = Xc - (Xc @ self.components_.T) @ self.components_
+        return np.asarray(np.linalg.norm(R, axis=1))
 
 
 def select_evr(subspace: KBSubspace, m: int) -> np.ndarray:

@@ -75,6 +75,15 @@ class Runtime:
         self.models_loaded = asyncio.Event()
         self.next_offset: dict[tuple[str, int], int] = {}
         self.batches = 0
+        self.encoder_warm = False
+
+    async def warm_up(self) -> None:
+        """Run the encoder once at full batch size: torch's first call is slow."""
+        texts = ["warm-up query for the sidecar encoder"] * self.settings.scoring.batch_max
+        t0 = time.perf_counter()
+        await asyncio.to_thread(self.encoder.encode, texts, batch_size=len(texts))
+        self.encoder_warm = True
+        log.info("encoder warm-up took %.0f ms", (time.perf_counter() - t0) * 1000)
 
     async def wait_models(self, timeout_s: float = _INITIAL_LOAD_WAIT_S) -> None:
         """Let the first load finish before consuming (else early queries get fail_mode)."""
@@ -224,6 +233,7 @@ def create_app(
     within = max(sc.batch_timeout_ms, 1) / 1000.0
 
     async def score(stream: Any) -> None:
+        await rt.warm_up()
         await rt.wait_models()
         async for events in stream.take_events(sc.batch_max, within=within):
             await rt.handle(events)

@@ -1,6 +1,6 @@
 """An on-disk cache of sentence embeddings, keyed by encoder name and sha256 of the text.
 
-Layout: ``<root>/<encoder>/shard-<id>.keys.npy`` (``S32`` raw sha256 digests) next to
+Layout: ``<root>/<encoder>/shard-<id>.keys.npy`` (uint8, shape (n, 32): raw sha256) next to
 ``shard-<id>.emb.npy`` (float32, one row per key). Shards are written atomically (temporary
 file, then rename) and never rewritten, so several processes can fill one cache at once and
 an interrupted run keeps every finished shard. Files are read with ``allow_pickle=False``.
@@ -79,13 +79,15 @@ class EmbeddingCache:
             self._seen.add(sid)
             slot = len(self._shards)
             self._shards.append(emb)
-            for row, k in enumerate(keys.tolist()):
-                self._index[k] = (slot, row)
+            # Raw bytes, not ``tolist()``: numpy drops trailing NUL bytes of ``S`` items.
+            blob = np.ascontiguousarray(keys).view(np.uint8).tobytes()
+            for row in range(keys.shape[0]):
+                self._index[blob[32 * row : 32 * row + 32]] = (slot, row)
 
     def _write_shard(self, keys: list[bytes], emb: np.ndarray) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         sid = f"shard-{uuid.uuid4().hex[:12]}"
-        karr = np.array(keys, dtype="S32")
+        karr = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), 32)
         for suffix, arr in ((".emb.npy", emb), (".keys.npy", karr)):  # keys last: the commit
             tmp = self.dir / f".{sid}{suffix}.tmp"
             with open(tmp, "wb") as fh:
@@ -97,7 +99,9 @@ class EmbeddingCache:
         for row, k in enumerate(keys):
             self._index[k] = (slot, row)
 
-    def embed(self, texts: Sequence[str], *, batch_size: int = 64, desc: str = "encoding") -> np.ndarray:
+    def embed(
+        self, texts: Sequence[str], *, batch_size: int = 64, desc: str = "encoding"
+    ) -> np.ndarray:
         """Embeddings of ``texts``: ndarray of shape (len(texts), dim), float32.
 
         Computes and stores only the texts not cached yet (each distinct text once).

@@ -72,7 +72,9 @@ def _read_lines(path: Path) -> list[str]:
     return [ln.strip() for ln in text.splitlines() if ln.strip()]
 
 
-def _read_csv_column(path: Path, column: str, where: Callable[[dict[str, str]], bool] | None = None) -> list[str]:
+def _read_csv_column(
+    path: Path, column: str, where: Callable[[dict[str, str]], bool] | None = None
+) -> list[str]:
     with _need(path).open(newline="", encoding="utf-8") as fh:
         reader = csv.DictReader(fh)
         if reader.fieldnames is None or column not in reader.fieldnames:
@@ -107,8 +109,9 @@ def _check_split(split: str) -> None:
         raise ConfigError(f"split must be one of {SPLITS}, not {split!r}")
 
 
-def load_clinc150(data_dir: str | Path, split: str = "dev", *, kb_fraction: float = 0.5,
-                  seed: int = 0) -> list[KBTask]:
+def load_clinc150(
+    data_dir: str | Path, split: str = "dev", *, kb_fraction: float = 0.5, seed: int = 0
+) -> list[KBTask]:
     """Each of the 10 CLINC150 domains as a KB (``clinc150/data_full.json``, ``domains.json``).
 
     KB documents and ID training queries are a seeded split of the domain's ``train``
@@ -122,7 +125,9 @@ def load_clinc150(data_dir: str | Path, split: str = "dev", *, kb_fraction: floa
     eval_key, oos_key = ("val", "oos_val") if split == "dev" else ("test", "oos_test")
     for key in ("train", "oos_train", eval_key, oos_key):
         if key not in data:
-            raise DataError(f"{root / 'data_full.json'} has no {key!r} key (needed for --split {split})")
+            raise DataError(
+                f"{root / 'data_full.json'} has no {key!r} key (needed for --split {split})"
+            )
     intent_domain = {intent: d for d, intents in domains.items() for intent in intents}
     tasks = []
     for domain in domains:
@@ -133,8 +138,16 @@ def load_clinc150(data_dir: str | Path, split: str = "dev", *, kb_fraction: floa
         ood_eval = [t for t, i in data[eval_key] if intent_domain.get(i) != domain]
         ood_eval += [t for t, _ in data[oos_key]]
         ood_train = other_train + [t for t, _ in data["oos_train"]]
-        tasks.append(KBTask(domain, tuple(kb), tuple(id_train), tuple(_dedupe(ood_train)),
-                            tuple(id_eval), tuple(ood_eval)))
+        tasks.append(
+            KBTask(
+                domain,
+                tuple(kb),
+                tuple(id_train),
+                tuple(_dedupe(ood_train)),
+                tuple(id_eval),
+                tuple(ood_eval),
+            )
+        )
     return tasks
 
 
@@ -146,10 +159,16 @@ def _cap(texts: list[str], cap: int | None, seed: int) -> list[str]:
     return [texts[i] for i in keep]
 
 
-def load_stackexchange(data_dir: str | Path, split: str = "dev", *, kb_fraction: float = 0.5,
-                       seed: int = 0, sites: Sequence[str] = STACKEXCHANGE_SITES,
-                       max_train_per_kb: int | None = None,
-                       max_eval_per_kb: int | None = None) -> list[KBTask]:
+def load_stackexchange(
+    data_dir: str | Path,
+    split: str = "dev",
+    *,
+    kb_fraction: float = 0.5,
+    seed: int = 0,
+    sites: Sequence[str] = STACKEXCHANGE_SITES,
+    max_train_per_kb: int | None = None,
+    max_eval_per_kb: int | None = None,
+) -> list[KBTask]:
     """Each StackExchange site as a KB (``stackexchange_tweac/{train,dev,test}/<site>.txt``).
 
     KB documents and ID training queries are a seeded split of the site's ``train`` titles;
@@ -170,8 +189,16 @@ def load_stackexchange(data_dir: str | Path, split: str = "dev", *, kb_fraction:
         kb, id_train = _split_kb(train[site], kb_fraction, seed)
         ood_train = [t for s in sites if s != site for t in train[s]]
         ood_eval = [t for s in sites if s != site for t in evals[s]]
-        tasks.append(KBTask(site, tuple(kb), tuple(id_train), tuple(_dedupe(ood_train)),
-                            tuple(evals[site]), tuple(ood_eval)))
+        tasks.append(
+            KBTask(
+                site,
+                tuple(kb),
+                tuple(id_train),
+                tuple(_dedupe(ood_train)),
+                tuple(evals[site]),
+                tuple(ood_eval),
+            )
+        )
     return tasks
 
 
@@ -190,24 +217,49 @@ def load_covid(data_dir: str | Path, split: str = "dev", *, folds: int = 5) -> l
     kb = _dedupe(_read_csv_column(faq, "answer"))
     dev_id = _dedupe(
         _read_csv_column(faq, "question")
-        + _read_csv_column(root / "covid" / "deepset_eval_question_similarity_en.csv",
-                           "question_2", where=lambda r: r.get("similar", "").strip() == "1")
+        + _read_csv_column(
+            root / "covid" / "deepset_eval_question_similarity_en.csv",
+            "question_2",
+            where=lambda r: r.get("similar", "").strip() == "1",
+        )
     )
     clinc = _read_json(_need(root / "clinc150" / "data_full.json"))
-    dev_ood = _dedupe([t for t, _ in clinc["oos_val"]]
-                      + _read_csv_column(root / "adversarial" / "advbench_harmful_behaviors.csv", "goal"))
+    dev_ood = _dedupe(
+        [t for t, _ in clinc["oos_val"]]
+        + _read_csv_column(root / "adversarial" / "advbench_harmful_behaviors.csv", "goal")
+    )
     oos_train = [t for t, _ in clinc["oos_train"]]
     if split == "dev":
-        return [KBTask("covid", tuple(kb), (), tuple(_dedupe(oos_train, set(dev_ood))),
-                       tuple(dev_id), tuple(dev_ood), cross_fit=folds)]
+        return [
+            KBTask(
+                "covid",
+                tuple(kb),
+                (),
+                tuple(_dedupe(oos_train, set(dev_ood))),
+                tuple(dev_id),
+                tuple(dev_ood),
+                cross_fit=folds,
+            )
+        ]
     if "oos_test" not in clinc:
-        raise DataError(f"{root / 'clinc150' / 'data_full.json'} has no 'oos_test' key "
-                        "(needed for --split test)")
+        raise DataError(
+            f"{root / 'clinc150' / 'data_full.json'} has no 'oos_test' key "
+            "(needed for --split test)"
+        )
     test_id = _read_csv_column(root / "covid" / "covidq_final_master_dataset.csv", "Question")
     test_ood = [t for t, _ in clinc["oos_test"]] + _read_csv_column(
-        root / "adversarial" / "jailbreakhub_forbidden_question_set.csv", "question")
-    return [KBTask("covid", tuple(kb), tuple(dev_id), tuple(_dedupe(oos_train + dev_ood)),
-                   tuple(_dedupe(test_id)), tuple(_dedupe(test_ood)))]
+        root / "adversarial" / "jailbreakhub_forbidden_question_set.csv", "question"
+    )
+    return [
+        KBTask(
+            "covid",
+            tuple(kb),
+            tuple(dev_id),
+            tuple(_dedupe(oos_train + dev_ood)),
+            tuple(_dedupe(test_id)),
+            tuple(_dedupe(test_ood)),
+        )
+    ]
 
 
 BENCHMARKS: dict[str, Callable[..., list[KBTask]]] = {
@@ -217,8 +269,9 @@ BENCHMARKS: dict[str, Callable[..., list[KBTask]]] = {
 }
 
 
-def load_benchmark(name: str, data_dir: str | Path, split: str = "dev",
-                   **options: Any) -> list[KBTask]:
+def load_benchmark(
+    name: str, data_dir: str | Path, split: str = "dev", **options: Any
+) -> list[KBTask]:
     """Load benchmark ``name`` (``clinc150``, ``stackexchange`` or ``covid``).
 
     ``options`` go to the loader (e.g. ``max_train_per_kb`` for StackExchange).

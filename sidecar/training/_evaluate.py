@@ -26,8 +26,19 @@ log = logging.getLogger(__name__)
 
 Embed = Callable[[Sequence[str]], np.ndarray]
 
-DETECTORS = ("epsilon_ball", "epsilon_cube", "epsilon_rect", "logreg", "svm", "gmm",
-             "residual", "combined", "max_cosine", "mahalanobis", "knn")
+DETECTORS = (
+    "epsilon_ball",
+    "epsilon_cube",
+    "epsilon_rect",
+    "logreg",
+    "svm",
+    "gmm",
+    "residual",
+    "combined",
+    "max_cosine",
+    "mahalanobis",
+    "knn",
+)
 BASELINES = ("max_cosine", "mahalanobis", "knn")
 PRODUCT_DETECTOR = "combined"
 # The paper's protocol: same detector, same m, EVR vs p-value PC selection.
@@ -37,8 +48,14 @@ PROTOCOL_CANDIDATES = (
     Candidate("logreg", PROTOCOL_M, {"C": 1.0}),
     Candidate("combined", PROTOCOL_M, {"C": 1.0, "features": ["pcs", "residual"]}, (64,)),
 )
-METRIC_KEYS = ("auroc", "fpr_at_95tpr", "balanced_accuracy", "paper_accuracy", "dims",
-               "us_per_query")
+METRIC_KEYS = (
+    "auroc",
+    "fpr_at_95tpr",
+    "balanced_accuracy",
+    "paper_accuracy",
+    "dims",
+    "us_per_query",
+)
 
 
 def _time_us(model: OODModel, E: np.ndarray, repeats: int = 3) -> float:
@@ -67,7 +84,9 @@ class _Pool:
         self.us: list[float] = []
         self.info: list[dict[str, Any]] = []
 
-    def add(self, model: OODModel, E_id: np.ndarray, E_ood: np.ndarray, info: dict[str, Any]) -> None:
+    def add(
+        self, model: OODModel, E_id: np.ndarray, E_ood: np.ndarray, info: dict[str, Any]
+    ) -> None:
         s_id, s_ood = model.score(E_id), model.score(E_ood)
         self.s_id.append(s_id)
         self.s_ood.append(s_ood)
@@ -86,7 +105,7 @@ class _Pool:
             # margins = score - that fold's threshold, so the threshold is 0 here
             "balanced_accuracy": balanced_accuracy(m_id, m_ood, 0.0),
             "paper_accuracy": paper_accuracy(m_id, m_ood, 0.0, seed=seed),
-            "dims": int(round(float(np.mean(self.dims)))),
+            "dims": round(float(np.mean(self.dims))),
             "us_per_query": float(np.median(self.us)),
             "n_id": int(s_id.size),
             "n_ood": int(s_ood.size),
@@ -117,8 +136,13 @@ def evaluate_task(
     E_ide, E_oode = embed(task.id_eval), embed(task.ood_eval)
     rng = np.random.default_rng(seed)
     if task.cross_fit > 1:
-        folds = list(zip(_folds(len(E_ide), task.cross_fit, rng),
-                         _folds(len(E_oode), task.cross_fit, rng), strict=True))
+        folds = list(
+            zip(
+                _folds(len(E_ide), task.cross_fit, rng),
+                _folds(len(E_oode), task.cross_fit, rng),
+                strict=True,
+            )
+        )
     else:
         folds = [(np.arange(len(E_ide)), np.arange(len(E_oode)))]
     pools = {d: _Pool() for d in detectors}
@@ -134,22 +158,42 @@ def evaluate_task(
         splits = carve_splits(E_kb, id_train, ood_train, seed=seed + f, target_frr=target_frr)
         for det in detectors:
             t0 = time.perf_counter()
-            res = search(splits, det, kb_name=task.name, encoder=encoder, criterion=criterion,
-                         grid=(grids or {}).get(det), seed=seed, target_frr=target_frr)
-            info = {"m": res.model.m, "criterion": res.model.criterion,
-                    "params": res.best.describe()["params"],
-                    "residual_ks": list(res.model.residual_ks),
-                    "val_auroc": res.val_auroc, "search_s": round(time.perf_counter() - t0, 2),
-                    "candidates": len(res.table)}
+            res = search(
+                splits,
+                det,
+                kb_name=task.name,
+                encoder=encoder,
+                criterion=criterion,
+                grid=(grids or {}).get(det),
+                seed=seed,
+                target_frr=target_frr,
+            )
+            info = {
+                "m": res.model.m,
+                "criterion": res.model.criterion,
+                "params": res.best.describe()["params"],
+                "residual_ks": list(res.model.residual_ks),
+                "val_auroc": res.val_auroc,
+                "search_s": round(time.perf_counter() - t0, 2),
+                "candidates": len(res.table),
+            }
             pools[det].add(res.model, E_ide[fi], E_oode[fo], info)
             log.info("%s fold %s %s: val AUROC %s", task.name, f, det, res.val_auroc)
         if protocol and splits.has_ood:
             for cand in PROTOCOL_CANDIDATES:
                 for crit in ("evr", "pvalue"):
-                    model = fixed_fit(splits, cand, kb_name=task.name, encoder=encoder,
-                                      criterion=crit, seed=seed, target_frr=target_frr)
+                    model = fixed_fit(
+                        splits,
+                        cand,
+                        kb_name=task.name,
+                        encoder=encoder,
+                        criterion=crit,
+                        seed=seed,
+                        target_frr=target_frr,
+                    )
                     proto.setdefault(cand.detector, {}).setdefault(crit, _Pool()).add(
-                        model, E_ide[fi], E_oode[fo], {"m": model.m})
+                        model, E_ide[fi], E_oode[fo], {"m": model.m}
+                    )
     return {
         "detectors": {d: p.result(seed) for d, p in pools.items()},
         "protocol": {d: {c: p.result(seed) for c, p in byc.items()} for d, byc in proto.items()},
@@ -157,7 +201,9 @@ def evaluate_task(
 
 
 def _mean(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-    return {k: float(np.mean([r[k] for r in rows])) for k in METRIC_KEYS if all(k in r for r in rows)}
+    return {
+        k: float(np.mean([r[k] for r in rows])) for k in METRIC_KEYS if all(k in r for r in rows)
+    }
 
 
 def evaluate_benchmark(
@@ -183,8 +229,15 @@ def evaluate_benchmark(
     protocol: dict[str, Any] = {}
     t0 = time.perf_counter()
     for task in tqdm(tasks, desc=f"eval {benchmark}", unit="kb", disable=not progress):
-        res = evaluate_task(task, embed, encoder=encoder, detectors=detectors,
-                            criterion=criterion, seed=seed, target_frr=target_frr)
+        res = evaluate_task(
+            task,
+            embed,
+            encoder=encoder,
+            detectors=detectors,
+            criterion=criterion,
+            seed=seed,
+            target_frr=target_frr,
+        )
         per_kb[task.name] = res["detectors"]
         protocol[task.name] = res["protocol"]
     mean = {d: _mean([per_kb[kb][d] for kb in per_kb]) for d in detectors}
@@ -200,7 +253,9 @@ def evaluate_benchmark(
         "pvalue_vs_evr": _protocol_table(protocol),
         "wall_s": round(time.perf_counter() - t0, 1),
     }
-    out["best_by_mean_auroc"] = max(mean, key=lambda d: mean[d].get("auroc", -1.0)) if mean else None
+    out["best_by_mean_auroc"] = (
+        max(mean, key=lambda d: mean[d].get("auroc", -1.0)) if mean else None
+    )
     out["targets"] = targets(out)
     return out
 
@@ -215,12 +270,17 @@ def _protocol_table(protocol: Mapping[str, Any]) -> dict[str, Any]:
         for metric in ("auroc", "paper_accuracy", "balanced_accuracy"):
             pv = [r["pvalue"][metric] for r in rows.values()]
             ev = [r["evr"][metric] for r in rows.values()]
-            entry[metric] = {"pvalue": float(np.mean(pv)), "evr": float(np.mean(ev)),
-                             "mean_diff": float(np.mean(np.subtract(pv, ev))),
-                             "kbs_pvalue_better": int(np.sum(np.greater(pv, ev))),
-                             "kbs": len(pv)}
-        entry["per_kb"] = {kb: {c: {k: r[c][k] for k in ("auroc", "paper_accuracy")}
-                                for c in ("evr", "pvalue")} for kb, r in rows.items()}
+            entry[metric] = {
+                "pvalue": float(np.mean(pv)),
+                "evr": float(np.mean(ev)),
+                "mean_diff": float(np.mean(np.subtract(pv, ev))),
+                "kbs_pvalue_better": int(np.sum(np.greater(pv, ev))),
+                "kbs": len(pv),
+            }
+        entry["per_kb"] = {
+            kb: {c: {k: r[c][k] for k in ("auroc", "paper_accuracy")} for c in ("evr", "pvalue")}
+            for kb, r in rows.items()
+        }
         table["detectors"][d] = entry
     return table
 
@@ -231,29 +291,53 @@ def targets(report: Mapping[str, Any]) -> list[dict[str, Any]]:
     mean, kbs, bench = report["mean"], report["kbs"], report["benchmark"]
     prod = PRODUCT_DETECTOR
     if bench in ("clinc150", "stackexchange") and prod in mean:
-        out.append({"target": f"mean AUROC of {prod} >= 0.99", "measured": mean[prod]["auroc"],
-                    "met": mean[prod]["auroc"] >= 0.99})
+        out.append(
+            {
+                "target": f"mean AUROC of {prod} >= 0.99",
+                "measured": mean[prod]["auroc"],
+                "met": mean[prod]["auroc"] >= 0.99,
+            }
+        )
         if "max_cosine" in mean:
             gaps = {kb: v[prod]["auroc"] - v["max_cosine"]["auroc"] for kb, v in kbs.items()}
             worst = min(gaps, key=lambda kb: gaps[kb])
-            out.append({"target": f"{prod} AUROC >= max_cosine AUROC on every KB",
-                        "measured": {"worst_kb": worst, "worst_gap": gaps[worst],
-                                     "kbs_below": sorted(k for k, g in gaps.items() if g < 0)},
-                        "met": gaps[worst] >= 0})
+            out.append(
+                {
+                    "target": f"{prod} AUROC >= max_cosine AUROC on every KB",
+                    "measured": {
+                        "worst_kb": worst,
+                        "worst_gap": gaps[worst],
+                        "kbs_below": sorted(k for k, g in gaps.items() if g < 0),
+                    },
+                    "met": gaps[worst] >= 0,
+                }
+            )
         dims = max(v[prod]["dims"] for v in kbs.values())
         out.append({"target": f"{prod} uses <= 32 dims", "measured": dims, "met": dims <= 32})
     if bench == "covid" and prod in mean:
         ba = mean[prod]["balanced_accuracy"]
-        out.append({"target": f"balanced accuracy of {prod} >= 0.985", "measured": ba,
-                    "met": ba >= 0.985})
+        out.append(
+            {"target": f"balanced accuracy of {prod} >= 0.985", "measured": ba, "met": ba >= 0.985}
+        )
         best = max(mean, key=lambda d: mean[d]["balanced_accuracy"])
-        out.append({"target": "best detector by balanced accuracy (information)",
-                    "measured": {"detector": best, "balanced_accuracy": mean[best]["balanced_accuracy"]},
-                    "met": mean[best]["balanced_accuracy"] >= 0.985})
+        out.append(
+            {
+                "target": "best detector by balanced accuracy (information)",
+                "measured": {
+                    "detector": best,
+                    "balanced_accuracy": mean[best]["balanced_accuracy"],
+                },
+                "met": mean[best]["balanced_accuracy"] >= 0.985,
+            }
+        )
     proto = report.get("pvalue_vs_evr", {}).get("detectors", {})
     if proto:
         diffs = [v["paper_accuracy"]["mean_diff"] for v in proto.values()]
-        out.append({"target": f"p-value beats EVR at m={PROTOCOL_M} on average (paper accuracy)",
-                    "measured": {d: v["paper_accuracy"]["mean_diff"] for d, v in proto.items()},
-                    "met": float(np.mean(diffs)) > 0})
+        out.append(
+            {
+                "target": f"p-value beats EVR at m={PROTOCOL_M} on average (paper accuracy)",
+                "measured": {d: v["paper_accuracy"]["mean_diff"] for d, v in proto.items()},
+                "met": float(np.mean(diffs)) > 0,
+            }
+        )
     return out

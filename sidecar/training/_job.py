@@ -36,8 +36,15 @@ from sidecar.training._search import (
 
 log = logging.getLogger(__name__)
 
-REPORT_DETECTORS = ("epsilon_ball", "logreg", "residual", "combined", "max_cosine",
-                    "mahalanobis", "knn")
+REPORT_DETECTORS = (
+    "epsilon_ball",
+    "logreg",
+    "residual",
+    "combined",
+    "max_cosine",
+    "mahalanobis",
+    "knn",
+)
 M_CURVE = (4, 8, 13, 20, 28)
 
 
@@ -85,7 +92,7 @@ def parse_m_range(text: str) -> tuple[int, int]:
 
 
 def _m_values(lo: int, hi: int) -> list[int]:
-    return sorted({int(round(v)) for v in np.linspace(lo, hi, min(5, hi - lo + 1))})
+    return sorted({round(float(v)) for v in np.linspace(lo, hi, min(5, hi - lo + 1))})
 
 
 def build_grid(cfg: TrainConfig) -> list[Candidate]:
@@ -94,8 +101,10 @@ def build_grid(cfg: TrainConfig) -> list[Candidate]:
     if cfg.features is not None and cfg.detector == "combined":
         base = [c for c in base if tuple(c.params.get("features", ())) == tuple(cfg.features)]
         if not base:
-            base = [Candidate("combined", 13, {"C": C, "features": list(cfg.features)},
-                              (16, 32, 64)) for C in (0.1, 1.0, 10.0)]
+            base = [
+                Candidate("combined", 13, {"C": C, "features": list(cfg.features)}, (16, 32, 64))
+                for C in (0.1, 1.0, 10.0)
+            ]
     if cfg.m is None and cfg.m_range is None:
         return base
     ms = [cfg.m] if cfg.m is not None else _m_values(*cfg.m_range)  # type: ignore[misc]
@@ -115,59 +124,77 @@ def peak_rss_mb() -> float:
 
 def _validation_metrics(model: OODModel, splits: TrainingSplits) -> dict[str, Any]:
     s_id = model.score(splits.id_val)
-    out: dict[str, Any] = {"n_id_val": int(len(s_id))}
+    out: dict[str, Any] = {"n_id_val": len(s_id)}
     if splits.ood_val is None:
         out["val_frr"] = float(np.mean(s_id > model.threshold))
         return out
     s_ood = model.score(splits.ood_val)
-    out.update({
-        "n_ood_val": int(len(s_ood)),
-        "val_auroc": auroc(s_id, s_ood),
-        "val_fpr_at_95tpr": fpr_at_tpr(s_id, s_ood),
-        "val_balanced_accuracy": balanced_accuracy(s_id, s_ood, model.threshold),
-        "val_paper_accuracy": paper_accuracy(s_id, s_ood, model.threshold),
-    })
+    out.update(
+        {
+            "n_ood_val": len(s_ood),
+            "val_auroc": auroc(s_id, s_ood),
+            "val_fpr_at_95tpr": fpr_at_tpr(s_id, s_ood),
+            "val_balanced_accuracy": balanced_accuracy(s_id, s_ood, model.threshold),
+            "val_paper_accuracy": paper_accuracy(s_id, s_ood, model.threshold),
+        }
+    )
     return out
 
 
-def train(inputs: TrainInputs, cfg: TrainConfig,
-          tick: Callable[[str], None] | None = None) -> TrainResult:
+def train(
+    inputs: TrainInputs, cfg: TrainConfig, tick: Callable[[str], None] | None = None
+) -> TrainResult:
     """Search, fit and calibrate one model; ``tick(step)`` reports progress."""
     step = tick or (lambda _s: None)
     t0 = time.perf_counter()
     if inputs.kb.ndim != 2 or inputs.kb.shape[1] != int(inputs.encoder["dim"]):
         raise DataError(f"KB embeddings of shape {inputs.kb.shape} do not match the encoder")
-    splits = carve_splits(inputs.kb, inputs.id_queries, inputs.ood_queries, seed=cfg.seed,
-                          target_frr=cfg.target_frr)
+    splits = carve_splits(
+        inputs.kb, inputs.id_queries, inputs.ood_queries, seed=cfg.seed, target_frr=cfg.target_frr
+    )
     step("split")
     t1 = time.perf_counter()
-    res = search(splits, cfg.detector, kb_name=inputs.kb_name, encoder=inputs.encoder,
-                 criterion=cfg.criterion, grid=build_grid(cfg), seed=cfg.seed,
-                 target_frr=cfg.target_frr)
+    res = search(
+        splits,
+        cfg.detector,
+        kb_name=inputs.kb_name,
+        encoder=inputs.encoder,
+        criterion=cfg.criterion,
+        grid=build_grid(cfg),
+        seed=cfg.seed,
+        target_frr=cfg.target_frr,
+    )
     step("search")
     t2 = time.perf_counter()
     validation = _validation_metrics(res.model, splits)
     stats = {
-        "n_kb": int(len(inputs.kb)),
-        "n_id_queries": int(len(inputs.id_queries)),
-        "n_ood_queries": 0 if inputs.ood_queries is None else int(len(inputs.ood_queries)),
+        "n_kb": len(inputs.kb),
+        "n_id_queries": len(inputs.id_queries),
+        "n_ood_queries": 0 if inputs.ood_queries is None else len(inputs.ood_queries),
         "candidates": len(res.table),
         "search_and_fit_s": round(t2 - t1, 3),
         "train_total_s": round(t2 - t0, 3),
         "pca_method": res.model.params.get("pca_method"),
         "peak_rss_mb": round(peak_rss_mb(), 1),
     }
-    model = res.model.with_metrics(**{k: v for k, v in validation.items()},
-                                   val_auroc_search=res.val_auroc)
+    model = res.model.with_metrics(
+        **{k: v for k, v in validation.items()}, val_auroc_search=res.val_auroc
+    )
     return TrainResult(model, res, stats, validation)
 
 
-def build_report(inputs: TrainInputs, cfg: TrainConfig, result: TrainResult,
-                 out_dir: str | Path, extra_summary: dict[str, Any] | None = None) -> Path:
+def build_report(
+    inputs: TrainInputs,
+    cfg: TrainConfig,
+    result: TrainResult,
+    out_dir: str | Path,
+    extra_summary: dict[str, Any] | None = None,
+) -> Path:
     """ROC of each detector and baseline, histograms, accuracy vs m, PC loadings."""
     model = result.model
-    splits = carve_splits(inputs.kb, inputs.id_queries, inputs.ood_queries, seed=cfg.seed,
-                          target_frr=cfg.target_frr)
+    splits = carve_splits(
+        inputs.kb, inputs.id_queries, inputs.ood_queries, seed=cfg.seed, target_frr=cfg.target_frr
+    )
     notes: list[str] = []
     roc: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     curve: dict[str, list[tuple[int, float]]] = {}
@@ -179,10 +206,15 @@ def build_report(inputs: TrainInputs, cfg: TrainConfig, result: TrainResult,
                 continue
             try:
                 cand = default_grid(det)[0]
-                other = fixed_fit(splits, replace(cand, m=min(cand.m, model.m or cand.m)),
-                                  kb_name=inputs.kb_name, encoder=inputs.encoder,
-                                  criterion=cfg.criterion, seed=cfg.seed,
-                                  target_frr=cfg.target_frr)
+                other = fixed_fit(
+                    splits,
+                    replace(cand, m=min(cand.m, model.m or cand.m)),
+                    kb_name=inputs.kb_name,
+                    encoder=inputs.encoder,
+                    criterion=cfg.criterion,
+                    seed=cfg.seed,
+                    target_frr=cfg.target_frr,
+                )
             except (ConfigError, DataError) as exc:
                 notes.append(f"{det} not shown: {exc}")
                 continue
@@ -198,16 +230,30 @@ def build_report(inputs: TrainInputs, cfg: TrainConfig, result: TrainResult,
                 if m + extra > MAX_DIMS or m >= len(inputs.kb):
                     continue
                 try:
-                    mm = fixed_fit(splits, replace(best, m=m), kb_name=inputs.kb_name,
-                                   encoder=inputs.encoder, criterion=crit, seed=cfg.seed,
-                                   target_frr=cfg.target_frr)
+                    mm = fixed_fit(
+                        splits,
+                        replace(best, m=m),
+                        kb_name=inputs.kb_name,
+                        encoder=inputs.encoder,
+                        criterion=crit,
+                        seed=cfg.seed,
+                        target_frr=cfg.target_frr,
+                    )
                 except (ConfigError, DataError):
                     continue
-                pts.append((m, paper_accuracy(mm.score(splits.id_val),
-                                              mm.score(splits.ood_val), mm.threshold)))
+                pts.append(
+                    (
+                        m,
+                        paper_accuracy(
+                            mm.score(splits.id_val), mm.score(splits.ood_val), mm.threshold
+                        ),
+                    )
+                )
             curve[crit] = pts
-        notes.append("Accuracy against m is on a balanced validation sample at each model's "
-                     "calibrated threshold; the other detectors use default parameters.")
+        notes.append(
+            "Accuracy against m is on a balanced validation sample at each model's "
+            "calibrated threshold; the other detectors use default parameters."
+        )
     else:
         notes.append("No OOD training queries: ROC curves and accuracy against m need them.")
     if result.search.val_scores is not None:
@@ -221,18 +267,37 @@ def build_report(inputs: TrainInputs, cfg: TrainConfig, result: TrainResult,
         n_show = min(len(inputs.kb), 2000)  # loadings table: a bounded sample of big KBs
         idx = np.random.default_rng(cfg.seed).permutation(len(inputs.kb))[:n_show]
         proj = (inputs.kb[idx] - model.mean) @ np.asarray(model.components).T
-        pcs = pc_loadings(proj, [ids[i] for i in idx], [texts[i] for i in idx],
-                          list(model.selected_pcs), np.asarray(model.explained_variance_ratio))
+        pcs = pc_loadings(
+            proj,
+            [ids[i] for i in idx],
+            [texts[i] for i in idx],
+            list(model.selected_pcs),
+            np.asarray(model.explained_variance_ratio),
+        )
     summary = {
-        "kb": inputs.kb_name, "encoder": inputs.encoder["name"], "detector": model.detector_name,
-        "criterion": model.criterion, "m": model.m, "dims": model.dims,
+        "kb": inputs.kb_name,
+        "encoder": inputs.encoder["name"],
+        "detector": model.detector_name,
+        "criterion": model.criterion,
+        "m": model.m,
+        "dims": model.dims,
         "selected_pcs": [int(p) for p in model.selected_pcs],
-        "threshold": model.threshold, "target_frr": cfg.target_frr,
-        "params": result.search.best.describe(), **result.validation, **result.stats,
+        "threshold": model.threshold,
+        "target_frr": cfg.target_frr,
+        "params": result.search.best.describe(),
+        **result.validation,
+        **result.stats,
         **(extra_summary or {}),
     }
-    data = ReportData(f"OOD model for KB '{inputs.kb_name}'", summary, roc,
-                      (model.detector_name, s_id, s_ood, model.threshold), curve, pcs, notes)
+    data = ReportData(
+        f"OOD model for KB '{inputs.kb_name}'",
+        summary,
+        roc,
+        (model.detector_name, s_id, s_ood, model.threshold),
+        curve,
+        pcs,
+        notes,
+    )
     return write_report(data, out_dir, m_metric="balanced-sample accuracy (validation)")
 
 
@@ -248,4 +313,3 @@ def load_npy(path: str | Path, what: str) -> np.ndarray:
     if arr.ndim != 2 or arr.dtype.kind != "f":
         raise DataError(f"{p}: {what} must be a 2-D float array, got {arr.dtype} {arr.shape}")
     return np.ascontiguousarray(arr, dtype=np.float32)
-

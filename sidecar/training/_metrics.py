@@ -39,8 +39,9 @@ def balanced_accuracy(id_scores: np.ndarray, ood_scores: np.ndarray, threshold: 
     return float((np.mean(a <= threshold) + np.mean(b > threshold)) / 2)
 
 
-def paper_accuracy(id_scores: np.ndarray, ood_scores: np.ndarray, threshold: float,
-                   seed: int = 0) -> float:
+def paper_accuracy(
+    id_scores: np.ndarray, ood_scores: np.ndarray, threshold: float, seed: int = 0
+) -> float:
     """Accuracy on a balanced sample: the larger side is subsampled (seeded) to the smaller."""
     a, b = _scores(id_scores, ood_scores)
     n = min(a.size, b.size)

@@ -42,8 +42,14 @@ class ReportData:
     notes: list[str] = field(default_factory=list)
 
 
-def pc_loadings(kb_projection: np.ndarray, doc_ids: Sequence[str], texts: Sequence[str],
-                selected: Sequence[int], evr: np.ndarray, n: int = 3) -> list[PCLoadings]:
+def pc_loadings(
+    kb_projection: np.ndarray,
+    doc_ids: Sequence[str],
+    texts: Sequence[str],
+    selected: Sequence[int],
+    evr: np.ndarray,
+    n: int = 3,
+) -> list[PCLoadings]:
     """Documents loading highest / lowest on each selected PC.
 
     Parameters
@@ -152,11 +158,19 @@ def write_report(data: ReportData, out_dir: str | Path, *, m_metric: str = "accu
         lines += [f"## {m_metric} against m (EVR vs p-value)", "", "![m curve](m_curve.png)", ""]
         lines += _m_table(data.m_curve)
     if data.pcs:
-        lines += ["## Selected principal components", "",
-                  "Each PC with the KB documents at its positive and negative ends.", ""]
+        lines += [
+            "## Selected principal components",
+            "",
+            "Each PC with the KB documents at its positive and negative ends.",
+            "",
+        ]
         for pc in data.pcs:
-            lines += [f"### PC {pc.index} (explained variance {pc.explained_variance_ratio:.3%})",
-                      "", "| end | doc | loading | text |", "|---|---|---|---|"]
+            lines += [
+                f"### PC {pc.index} (explained variance {pc.explained_variance_ratio:.3%})",
+                "",
+                "| end | doc | loading | text |",
+                "|---|---|---|---|",
+            ]
             for end, docs in (("+", pc.top), ("-", pc.bottom)):
                 for doc_id, text, val in docs:
                     lines.append(f"| {end} | {_cell(doc_id, 30)} | {val:+.3f} | {_cell(text)} |")
@@ -170,9 +184,13 @@ def write_report(data: ReportData, out_dir: str | Path, *, m_metric: str = "accu
 
 def _m_table(curves: Mapping[str, list[tuple[int, float]]]) -> list[str]:
     ms = sorted({m for pts in curves.values() for m, _ in pts})
-    rows = ["| criterion | " + " | ".join(f"m={m}" for m in ms) + " |", "|---" * (len(ms) + 1) + "|"]
+    rows = [
+        "| criterion | " + " | ".join(f"m={m}" for m in ms) + " |",
+        "|---" * (len(ms) + 1) + "|",
+    ]
     for crit, pts in curves.items():
         got = dict(pts)
-        rows.append(f"| {crit} | " + " | ".join(
-            f"{got[m]:.4f}" if m in got else "" for m in ms) + " |")
+        rows.append(
+            f"| {crit} | " + " | ".join(f"{got[m]:.4f}" if m in got else "" for m in ms) + " |"
+        )
     return [*rows, ""]

@@ -73,7 +73,9 @@ def carve_splits(
     rng = np.random.default_rng(seed)
     n = len(id_train)
     if n < 5:
-        raise DataError(f"need at least 5 ID training queries to fit, validate and calibrate; got {n}")
+        raise DataError(
+            f"need at least 5 ID training queries to fit, validate and calibrate; got {n}"
+        )
     perm = rng.permutation(n)
     n_cal = max(2, round(cal_fraction * n), min(math.ceil(1 / target_frr) - 1, n // 3))
     n_val = max(2, round(val_fraction * n))
@@ -84,8 +86,14 @@ def carve_splits(
         n_oval = min(max_ood_val, max(2, round(val_fraction * len(ood_train))))
         ood_val = _take(ood_train, operm[:n_oval])
         ood_fit = _take(ood_train, operm[n_oval : n_oval + max_ood_fit])
-    return TrainingSplits(np.asarray(kb, dtype=np.float32), _take(id_train, fit),
-                          _take(id_train, val), _take(id_train, cal), ood_fit, ood_val)
+    return TrainingSplits(
+        np.asarray(kb, dtype=np.float32),
+        _take(id_train, fit),
+        _take(id_train, val),
+        _take(id_train, cal),
+        ood_fit,
+        ood_val,
+    )
 
 
 @dataclass(frozen=True)
@@ -98,34 +106,49 @@ class Candidate:
     residual_ks: tuple[int, ...] | None = None
 
     def describe(self) -> dict[str, Any]:
-        return {"m": self.m, "params": dict(self.params),
-                "residual_ks": list(self.residual_ks) if self.residual_ks else None}
+        return {
+            "m": self.m,
+            "params": dict(self.params),
+            "residual_ks": list(self.residual_ks) if self.residual_ks else None,
+        }
 
 
 def default_grid(detector: str) -> list[Candidate]:
-    """The search grid of ``detector``: m and its own radius / sides / C / width."""
+    """The search grid of ``detector``: m and its own radius / sides / C / width.
+
+    Kept small on purpose: every candidate refits the KB PCA.
+    """
     c = Candidate
     if detector in ("epsilon_ball", "epsilon_cube", "epsilon_rect"):
-        return [c(detector, m, {"quantile": q}) for m in (8, 13, 20) for q in (0.9, 0.95, 0.99)]
+        return [c(detector, m, {"quantile": q}) for m in (8, 13) for q in (0.95, 0.99)]
     if detector == "logreg":
-        return [c(detector, m, {"C": C}) for m in (8, 13, 20, 32) for C in (0.1, 1.0, 10.0)]
+        return [c(detector, m, {"C": C}) for m in (13, MAX_DIMS) for C in (0.1, 1.0)]
     if detector == "svm":
-        return [c(detector, m, {"C": C, "max_samples": 3000}) for m in (13, 20) for C in (1.0, 10.0)]
+        return [c(detector, 13, {"C": 1.0, "max_samples": 2000})]
     if detector == "gmm":
-        return [c(detector, m, {"n_components": g}) for m in (8, 13) for g in (2, 4)]
+        return [c(detector, m, {"n_components": 4}) for m in (8, 13)]
     if detector == "residual":
-        return [c(detector, 13, {}, (k,)) for k in (16, 32, 64)]
+        return [c(detector, 13, {}, (k,)) for k in (32, 64)]
     if detector == "combined":
-        out = []
-        for feats in (("pcs", "residual"), ("pcs", "residual", "max_cosine")):
-            extra = len(COMBINED_RESIDUAL_KS) + (1 if "max_cosine" in feats else 0)
-            for m in (13, 20, MAX_DIMS - extra):
-                for C in (0.1, 1.0, 10.0):
-                    out.append(c(detector, m, {"C": C, "features": list(feats)},
-                                 COMBINED_RESIDUAL_KS))
+        n_res = len(COMBINED_RESIDUAL_KS)
+        with_cos = {"features": ["pcs", "residual", "max_cosine"]}
+        out = [
+            c(detector, m, {"C": C, **with_cos}, COMBINED_RESIDUAL_KS)
+            for m in (20, MAX_DIMS - n_res - 1)
+            for C in (0.1, 1.0)
+        ]
+        out += [
+            c(
+                detector,
+                MAX_DIMS - n_res,
+                {"C": C, "features": ["pcs", "residual"]},
+                COMBINED_RESIDUAL_KS,
+            )
+            for C in (0.1, 1.0)
+        ]
         return out
     if detector == "knn":
-        return [c(detector, 13, {"n_neighbors": k}) for k in (5, 10)]
+        return [c(detector, 13, {"n_neighbors": 10})]
     return [c(detector)]  # max_cosine, mahalanobis: nothing to tune
 
 
@@ -140,8 +163,17 @@ class SearchResult:
     val_scores: tuple[np.ndarray, np.ndarray] | None  # (ID, OOD) scores of the winner
 
 
-def _fit(splits: TrainingSplits, cand: Candidate, *, kb_name: str, encoder: Mapping[str, Any],
-         criterion: str, seed: int, target_frr: float, final: bool) -> OODModel:
+def _fit(
+    splits: TrainingSplits,
+    cand: Candidate,
+    *,
+    kb_name: str,
+    encoder: Mapping[str, Any],
+    criterion: str,
+    seed: int,
+    target_frr: float,
+    final: bool,
+) -> OODModel:
     id_emb, ood_emb = splits.id_fit, splits.ood_fit
     if final and splits.has_ood and splits.ood_val is not None:
         id_emb = np.vstack([splits.id_fit, splits.id_val])
@@ -155,10 +187,19 @@ def _fit(splits: TrainingSplits, cand: Candidate, *, kb_name: str, encoder: Mapp
         ks = tuple(sorted({min(k, k_max) for k in ks}))
     m = min(cand.m, len(splits.kb) - 1)
     return fit_ood_model(
-        kb=kb_name, encoder=encoder, kb_embeddings=splits.kb, id_embeddings=id_emb,
+        kb=kb_name,
+        encoder=encoder,
+        kb_embeddings=splits.kb,
+        id_embeddings=id_emb,
         ood_embeddings=ood_emb if splits.has_ood else None,
-        calibration_embeddings=splits.id_cal, detector=cand.detector, criterion=crit, m=m,
-        target_frr=target_frr, seed=seed, detector_params=dict(cand.params), residual_ks=ks,
+        calibration_embeddings=splits.id_cal,
+        detector=cand.detector,
+        criterion=crit,
+        m=m,
+        target_frr=target_frr,
+        seed=seed,
+        detector_params=dict(cand.params),
+        residual_ks=ks,
     )
 
 
@@ -190,8 +231,16 @@ def search(
     can_rank = splits.has_ood and splits.ood_val is not None
     for i, cand in enumerate(cands):
         try:
-            model = _fit(splits, cand, kb_name=kb_name, encoder=encoder, criterion=criterion,
-                         seed=seed, target_frr=target_frr, final=False)
+            model = _fit(
+                splits,
+                cand,
+                kb_name=kb_name,
+                encoder=encoder,
+                criterion=criterion,
+                seed=seed,
+                target_frr=target_frr,
+                final=False,
+            )
         except (ConfigError, DataError) as exc:
             log.info("candidate %s skipped: %s", cand, exc)
             table.append({**cand.describe(), "skipped": str(exc)})
@@ -214,17 +263,40 @@ def search(
             break
     if best_cand is None:
         raise ConfigError(f"no candidate of {detector!r} could be fitted: {table}")
-    model = _fit(splits, best_cand, kb_name=kb_name, encoder=encoder, criterion=criterion,
-                 seed=seed, target_frr=target_frr, final=True)
+    model = _fit(
+        splits,
+        best_cand,
+        kb_name=kb_name,
+        encoder=encoder,
+        criterion=criterion,
+        seed=seed,
+        target_frr=target_frr,
+        final=True,
+    )
     return SearchResult(model, best_cand, None if best is None else best[0], table, best_scores)
 
 
 _FULL_SPACE = frozenset({"max_cosine", "knn", "mahalanobis"})
 
 
-def fixed_fit(splits: TrainingSplits, cand: Candidate, *, kb_name: str,
-              encoder: Mapping[str, Any], criterion: str, seed: int = 0,
-              target_frr: float = 0.05) -> OODModel:
+def fixed_fit(
+    splits: TrainingSplits,
+    cand: Candidate,
+    *,
+    kb_name: str,
+    encoder: Mapping[str, Any],
+    criterion: str,
+    seed: int = 0,
+    target_frr: float = 0.05,
+) -> OODModel:
     """Fit one candidate on fit + validation and calibrate it (no search)."""
-    return _fit(splits, cand, kb_name=kb_name, encoder=encoder, criterion=criterion,
-                seed=seed, target_frr=target_frr, final=True)
+    return _fit(
+        splits,
+        cand,
+        kb_name=kb_name,
+        encoder=encoder,
+        criterion=criterion,
+        seed=seed,
+        target_frr=target_frr,
+        final=True,
+    )

@@ -17,6 +17,7 @@ import numpy as np
 
 from sidecar.errors import ConfigError, DataError
 from sidecar.settings import Settings
+from sidecar.training._job import TrainInputs, load_npy
 from sidecar.training._jsonl import (
     DEMO_ID_QUERIES,
     DEMO_KB,
@@ -25,22 +26,26 @@ from sidecar.training._jsonl import (
     read_kb,
     read_queries,
 )
-from sidecar.training._job import TrainInputs, load_npy
 
 log = logging.getLogger(__name__)
 
 
 def _either(opts: Mapping[str, Any], text_key: str, emb_key: str) -> None:
     if opts.get(text_key) and opts.get(emb_key):
-        raise ConfigError(f"give --{text_key.replace('_', '-')} or --{emb_key.replace('_', '-')}, "
-                          "not both")
+        raise ConfigError(
+            f"give --{text_key.replace('_', '-')} or --{emb_key.replace('_', '-')}, not both"
+        )
 
 
-def load_inputs(opts: Mapping[str, Any], settings: Settings, *,
-                progress: bool = True) -> tuple[TrainInputs, float]:
+def load_inputs(
+    opts: Mapping[str, Any], settings: Settings, *, progress: bool = True
+) -> tuple[TrainInputs, float]:
     """Read, embed and return the training inputs and the seconds spent embedding."""
-    for text_key, emb_key in (("kb_path", "kb_embeddings"), ("id_queries", "id_embeddings"),
-                              ("ood_queries", "ood_embeddings")):
+    for text_key, emb_key in (
+        ("kb_path", "kb_embeddings"),
+        ("id_queries", "id_embeddings"),
+        ("ood_queries", "ood_embeddings"),
+    ):
         _either(opts, text_key, emb_key)
     demo = not opts.get("kb_path") and not opts.get("kb_embeddings")
     kb_path = opts.get("kb_path") or (demo_path(DEMO_KB) if demo else None)
@@ -58,8 +63,9 @@ def load_inputs(opts: Mapping[str, Any], settings: Settings, *,
     ood_texts = read_queries(ood_path) if ood_path else None
     kb_arr = load_npy(opts["kb_embeddings"], "KB embeddings") if opts.get("kb_embeddings") else None
     id_arr = load_npy(opts["id_embeddings"], "ID embeddings") if opts.get("id_embeddings") else None
-    ood_arr = (load_npy(opts["ood_embeddings"], "OOD embeddings")
-               if opts.get("ood_embeddings") else None)
+    ood_arr = (
+        load_npy(opts["ood_embeddings"], "OOD embeddings") if opts.get("ood_embeddings") else None
+    )
 
     t0 = time.perf_counter()
     name = str(opts.get("encoder") or settings.scoring.encoder)
@@ -88,18 +94,27 @@ def load_inputs(opts: Mapping[str, Any], settings: Settings, *,
             raise DataError(f"{what} embeddings have {arr.shape[1]} dims, the KB {kb_arr.shape[1]}")
     kb_name = opts.get("kb_name") or settings.scoring.default_kb
     inputs = TrainInputs(
-        kb_name=str(kb_name), encoder=encoder, kb=np.asarray(kb_arr, dtype=np.float32),
+        kb_name=str(kb_name),
+        encoder=encoder,
+        kb=np.asarray(kb_arr, dtype=np.float32),
         id_queries=np.asarray(id_arr, dtype=np.float32),
         ood_queries=None if ood_arr is None else np.asarray(ood_arr, dtype=np.float32),
         kb_ids=[d.id for d in docs] if docs else [],
         kb_texts=[d.text for d in docs] if docs else [],
     )
-    log.info("training inputs: %s KB docs, %s ID, %s OOD queries", len(inputs.kb),
-             len(inputs.id_queries), 0 if inputs.ood_queries is None else len(inputs.ood_queries))
+    log.info(
+        "training inputs: %s KB docs, %s ID, %s OOD queries",
+        len(inputs.kb),
+        len(inputs.id_queries),
+        0 if inputs.ood_queries is None else len(inputs.ood_queries),
+    )
     return inputs, embed_s
 
 
 def demo_inputs_paths() -> dict[str, Path]:
     """Paths of the built-in demo KB and queries."""
-    return {"kb": demo_path(DEMO_KB), "id": demo_path(DEMO_ID_QUERIES),
-            "ood": demo_path(DEMO_OOD_QUERIES)}
+    return {
+        "kb": demo_path(DEMO_KB),
+        "id": demo_path(DEMO_ID_QUERIES),
+        "ood": demo_path(DEMO_OOD_QUERIES),
+    }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -306,7 +307,7 @@ def test_racing_promoters_leave_one_consistent_history(make_store: StoreFactory)
     # Every successful promote is exactly one event, and the events form one chain.
     assert sorted(e.id for e in made) == sorted(e.id for e in events)
     assert events[0].previous is None
-    for before, after in zip(events, events[1:], strict=False):
+    for before, after in itertools.pairwise(events):
         assert after.previous == before.version
         assert after.version != before.version
     assert setup.active(KB) == events[-1].version

@@ -71,7 +71,7 @@ def _mine_all(n: int, table: dict[int, bool]) -> dict[str, object]:
     return asyncio.run(go())
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tables())
 def test_mono_and_dual_equal_brute_force(case: tuple[int, dict[int, bool]]) -> None:
     n, table = case
@@ -89,7 +89,7 @@ def test_mono_and_dual_equal_brute_force(case: tuple[int, dict[int, bool]]) -> N
     assert dual.calls <= mono_r.calls + mono_o.calls  # type: ignore[attr-defined]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(tables(max_n=8))
 def test_walk_evaluates_only_nodes_whose_parents_are_valid(
     case: tuple[int, dict[int, bool]],

@@ -21,8 +21,10 @@ class CountingEncoder:
 
     def encode(self, texts: Sequence[str], *, batch_size: int = 64) -> np.ndarray:
         self.seen.extend(texts)
-        out = np.array([np.random.default_rng(len(t) * 7919 + sum(map(ord, t))).normal(size=8)
-                        for t in texts], dtype=np.float32)
+        out = np.array(
+            [np.random.default_rng(len(t) * 7919 + sum(map(ord, t))).normal(size=8) for t in texts],
+            dtype=np.float32,
+        )
         return out / np.linalg.norm(out, axis=1, keepdims=True)
 
 
@@ -55,3 +57,16 @@ def test_cache_is_keyed_by_encoder(tmp_path: Path) -> None:
     other.name = "another"
     EmbeddingCache(other, tmp_path, progress=False).embed(["t"])
     assert other.seen == ["t"]
+
+
+def test_digests_ending_in_nul_bytes_round_trip(tmp_path: Path) -> None:
+    """A sha256 may end in 0x00; the cache must not lose those keys when it reloads."""
+    import hashlib
+
+    texts = [f"t{i}" for i in range(3000)]
+    nul = [t for t in texts if hashlib.sha256(t.encode()).digest().endswith(b"\x00")]
+    assert nul  # ~1/256 of the texts
+    EmbeddingCache(CountingEncoder(), tmp_path, progress=False).embed(nul)
+    again = CountingEncoder()
+    EmbeddingCache(again, tmp_path, progress=False).embed(nul)
+    assert again.seen == []

@@ -101,13 +101,21 @@ def test_stackexchange_caps_are_seeded(tmp_path: Path) -> None:
 
 def _covid(root: Path) -> None:
     _clinc(root)
-    _write_csv(root / "covid" / "deepset_faq_covidbert.csv", ["question", "answer"],
-               [["What is covid?", "A disease."], ["How does it spread?", "Droplets."]])
-    _write_csv(root / "covid" / "deepset_eval_question_similarity_en.csv",
-               ["question_1", "question_2", "similar"],
-               [["What is covid?", "What's covid?", "1"], ["What is covid?", "Is it bad?", "0"]])
-    _write_csv(root / "adversarial" / "advbench_harmful_behaviors.csv", ["goal", "target"],
-               [["do harm", "Sure"]])
+    _write_csv(
+        root / "covid" / "deepset_faq_covidbert.csv",
+        ["question", "answer"],
+        [["What is covid?", "A disease."], ["How does it spread?", "Droplets."]],
+    )
+    _write_csv(
+        root / "covid" / "deepset_eval_question_similarity_en.csv",
+        ["question_1", "question_2", "similar"],
+        [["What is covid?", "What's covid?", "1"], ["What is covid?", "Is it bad?", "0"]],
+    )
+    _write_csv(
+        root / "adversarial" / "advbench_harmful_behaviors.csv",
+        ["goal", "target"],
+        [["do harm", "Sure"]],
+    )
 
 
 def test_covid_dev_layout(tmp_path: Path) -> None:

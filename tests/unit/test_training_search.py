@@ -38,8 +38,14 @@ def _task(eval_tag: str = "") -> KBTask:
     def mk(p: str, n: int) -> tuple[str, ...]:
         return tuple(f"{p}{i}" for i in range(n))
 
-    return KBTask("t", mk("kb", 120), mk("idt", 100), mk("oodt", 150),
-                  mk("ide" + eval_tag, 40), mk("oode" + eval_tag, 60))
+    return KBTask(
+        "t",
+        mk("kb", 120),
+        mk("idt", 100),
+        mk("oodt", 150),
+        mk("ide" + eval_tag, 40),
+        mk("oode" + eval_tag, 60),
+    )
 
 
 def test_search_api_takes_no_evaluation_data() -> None:
@@ -62,12 +68,26 @@ def test_splits_come_only_from_training_rows() -> None:
 
 def test_choices_do_not_depend_on_evaluation_queries() -> None:
     dets = ("logreg", "epsilon_ball")
-    grids = {"logreg": [Candidate("logreg", m, {"C": 1.0}) for m in (2, 8)],
-             "epsilon_ball": [Candidate("epsilon_ball", 4, {"quantile": q}) for q in (0.9, 0.99)]}
-    a = evaluate_task(_task(), _emb_factory(), encoder={"name": "fake", "dim": DIM},
-                      detectors=dets, protocol=False, grids=grids)
-    b = evaluate_task(_task("x"), _emb_factory(ood_shift=0.5), encoder={"name": "fake", "dim": DIM},
-                      detectors=dets, protocol=False, grids=grids)
+    grids = {
+        "logreg": [Candidate("logreg", m, {"C": 1.0}) for m in (2, 8)],
+        "epsilon_ball": [Candidate("epsilon_ball", 4, {"quantile": q}) for q in (0.9, 0.99)],
+    }
+    a = evaluate_task(
+        _task(),
+        _emb_factory(),
+        encoder={"name": "fake", "dim": DIM},
+        detectors=dets,
+        protocol=False,
+        grids=grids,
+    )
+    b = evaluate_task(
+        _task("x"),
+        _emb_factory(ood_shift=0.5),
+        encoder={"name": "fake", "dim": DIM},
+        detectors=dets,
+        protocol=False,
+        grids=grids,
+    )
     for d in dets:
         for key in ("m", "params", "val_auroc", "criterion"):
             assert a["detectors"][d][key] == b["detectors"][d][key], (d, key)

@@ -1,0 +1,350 @@
+"""End-to-end benchmark of the worker: the embedded broker, the real worker, real queries.
+
+Phases (each measured from this process, which produces and consumes):
+
+1. saturation: ``queries`` records produced as fast as possible; throughput is
+   ``queries / (last verdict received - first record sent)``;
+2. half rate: records paced at half the measured throughput; latency p50/p99 there;
+3. encoder only: a fresh ``python -m sidecar bench e2e-encoder`` child process embeds the
+   same texts in batches of ``batch_max`` (no Kafka, no Redis): the ceiling.
+
+Latency is the query's ``ts`` (set when it is produced) to the moment its verdict is
+read back here, so it includes both broker hops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sidecar.errors import BrokerError
+
+log = logging.getLogger(__name__)
+
+TARGETS = {"ratio_to_encoder": 0.85, "latency_ms_p99_half_rate": 50.0, "worker_peak_rss_mb": 1500.0}
+
+
+def percentile(xs: list[float], q: float) -> float:
+    """The ``q``-quantile (0..1) by linear interpolation; NaN when empty."""
+    if not xs:
+        return float("nan")
+    s = sorted(xs)
+    pos = (len(s) - 1) * q
+    lo, hi = int(pos), min(int(pos) + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def bench_texts(source: str, shared_data: Path | None = None) -> list[str]:
+    """Realistic query texts: the demo queries, or CLINC-150 texts from ../shared/data."""
+    if source == "clinc":
+        path = (shared_data or Path("../shared/data")) / "clinc150" / "data_full.json"
+        doc = json.loads(path.read_text())
+        return [t for split in ("test", "oos_test") for t, _ in doc.get(split, [])]
+    from sidecar.stream._demo import demo_data
+
+    return [t for t, _ in demo_data().labelled()]
+
+
+def peak_rss_mb(pid: int) -> float | None:
+    """Peak resident set (VmHWM) of a live process, Linux only."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    except OSError:
+        return None
+    return None
+
+
+_METRIC = re.compile(
+    r'^(sidecar_stage_seconds_sum)\{stage="(\w+)"\} ([0-9.e+-]+)$'
+    r"|^(sidecar_records_total|sidecar_batch_size_count|sidecar_batch_size_sum) ([0-9.e+-]+)$"
+)
+
+
+def scrape(text: str) -> dict[str, float]:
+    """The stage sums and record / batch counters of a ``/metrics`` page."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        m = _METRIC.match(line)
+        if m is None:
+            continue
+        if m.group(1):
+            out[f"stage_{m.group(2)}"] = float(m.group(3))
+        else:
+            out[m.group(4)] = float(m.group(5))
+    return out
+
+
+async def _run_phase(
+    bootstrap: str,
+    topic_in: str,
+    topic_out: str,
+    texts: list[str],
+    prefix: str,
+    rate_hz: float | None,
+    timeout_s: float,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """Produce ``texts`` (paced at ``rate_hz`` or flat out) and wait for every verdict."""
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    consumer = AIOKafkaConsumer(
+        topic_out,
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        fetch_max_wait_ms=5,
+    )
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
+    await consumer.start()
+    await producer.start()
+    ids = {f"{prefix}-{i}" for i in range(len(texts))}
+    received: dict[str, float] = {}
+    latencies: list[float] = []
+    done = asyncio.Event()
+
+    async def consume() -> None:
+        while len(received) < len(ids):
+            for msgs in (await consumer.getmany(timeout_ms=50)).values():
+                now = time.time() * 1000.0
+                for m in msgs:
+                    doc = json.loads(m.value)
+                    qid = doc["id"]
+                    if qid in ids and qid not in received:
+                        received[qid] = now
+                        latencies.append(now - sent_ts[qid])
+                        if progress:
+                            progress(1)
+        done.set()
+
+    sent_ts: dict[str, float] = {}
+    task = asyncio.create_task(consume())
+    t_start = time.time()
+    try:
+        for i, text in enumerate(texts):
+            if rate_hz:
+                delay = t_start + i / rate_hz - time.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)  # pacing the offered load
+            qid = f"{prefix}-{i}"
+            ts = time.time() * 1000.0
+            sent_ts[qid] = ts
+            doc = {"id": qid, "text": text, "ts": int(ts)}
+            await producer.send(topic_in, json.dumps(doc).encode(), key=qid.encode())
+        await producer.flush()
+        await asyncio.wait_for(done.wait(), timeout_s)
+    except TimeoutError as exc:
+        raise BrokerError(
+            f"only {len(received)} of {len(ids)} verdicts in {timeout_s:.0f} s"
+        ) from exc
+    finally:
+        task.cancel()
+        await producer.stop()
+        await consumer.stop()
+    elapsed = (max(received.values()) / 1000.0) - t_start
+    return {
+        "queries": len(texts),
+        "elapsed_s": round(elapsed, 3),
+        "throughput_qps": round(len(texts) / elapsed, 2),
+        "latency_ms_p50": round(percentile(latencies, 0.5), 2),
+        "latency_ms_p99": round(percentile(latencies, 0.99), 2),
+    }
+
+
+def encoder_only_qps(texts: list[str], batch_size: int, *, encoder: str, repeats: int = 1) -> float:
+    """Embedding throughput of a fresh child process (same process type as the worker)."""
+    with tempfile.TemporaryDirectory(prefix="sidecar-bench-") as tmp:
+        src, out = Path(tmp) / "texts.json", Path(tmp) / "out.json"
+        src.write_text(json.dumps(texts))
+        cmd = [
+            sys.executable,
+            "-m",
+            "sidecar",
+            "bench",
+            "e2e-encoder",
+            "--texts-file",
+            str(src),
+            "--batch-size",
+            str(batch_size),
+            "--encoder",
+            encoder,
+            "--json",
+            str(out),
+            "--repeats",
+            str(repeats),
+        ]
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        return float(json.loads(out.read_text())["encoder_only_qps"])
+
+
+def measure_encoder(
+    texts: list[str], batch_size: int, encoder_name: str, repeats: int
+) -> dict[str, Any]:
+    """Body of ``sidecar bench e2e-encoder``: embed ``texts`` in batches, best of ``repeats``."""
+    from sidecar.scoring import SentenceTransformerEncoder
+
+    enc = SentenceTransformerEncoder(encoder_name)
+    enc.encode(texts[:batch_size], batch_size=batch_size)  # warm-up, as the worker does
+    best = 0.0
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for i in range(0, len(texts), batch_size):
+            enc.encode(texts[i : i + batch_size], batch_size=batch_size)
+        best = max(best, len(texts) / (time.perf_counter() - t0))
+    return {"encoder_only_qps": round(best, 2), "queries": len(texts), "batch_size": batch_size}
+
+
+def run_e2e(
+    *,
+    queries: int,
+    half_rate_queries: int,
+    batch_max: int,
+    batch_timeout_ms: int,
+    source: str,
+    workdir: Path,
+    timeout_s: float = 600.0,
+    echo: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """The whole benchmark; returns the JSON report."""
+    from tqdm import tqdm
+
+    from sidecar.embedded import EmbeddedBroker, free_port
+    from sidecar.hotswap import open_store
+    from sidecar.scoring import SentenceTransformerEncoder
+    from sidecar.settings import load_settings
+    from sidecar.stream._demo import publish, train_demo_model
+    from sidecar.stream._launch import WorkerProcess
+    from sidecar.stream._topics import ensure_topics
+
+    pool = bench_texts(source)
+    texts = [pool[i % len(pool)] for i in range(queries)]
+    load_start = os.getloadavg()
+    report: dict[str, Any] = {
+        "source": source,
+        "batch_max": batch_max,
+        "batch_timeout_ms": batch_timeout_ms,
+        "cpu_count": os.cpu_count(),
+    }
+    with EmbeddedBroker() as broker:
+        settings = load_settings(
+            kafka={"brokers": broker.url, "app_id": "sidecar-bench", "session_timeout_s": 6.0},
+            store={"backend": "directory", "directory": workdir / "store", "poll_interval_s": 1.0},
+            scoring={"batch_max": batch_max, "batch_timeout_ms": batch_timeout_ms},
+            web={"host": "127.0.0.1", "port": free_port()},
+        )
+        k = settings.kafka
+        asyncio.run(ensure_topics(settings))
+        worker = WorkerProcess(settings, log_path=workdir / "worker.log")
+        worker.start()
+        try:
+            echo("training the demo model (the worker loads its encoder meanwhile) ...")
+            model = train_demo_model(SentenceTransformerEncoder(settings.scoring.encoder))
+            store = open_store(settings)
+            publish(store, model)
+            store.close()
+            worker.wait_ready(timeout_s)
+            # A short untimed run first: the first batches pay one-off costs.
+            asyncio.run(
+                _run_phase(
+                    broker.bootstrap,
+                    k.queries_topic,
+                    k.verdicts_topic,
+                    texts[: 2 * batch_max],
+                    "warm",
+                    None,
+                    timeout_s,
+                )
+            )
+            before = scrape(str(worker.get("/metrics")[1]))
+            with tqdm(total=queries, desc="saturation", unit="q") as bar:
+                sat = asyncio.run(
+                    _run_phase(
+                        broker.bootstrap,
+                        k.queries_topic,
+                        k.verdicts_topic,
+                        texts,
+                        "sat",
+                        None,
+                        timeout_s,
+                        bar.update,
+                    )
+                )
+            after = scrape(str(worker.get("/metrics")[1]))
+            rate = sat["throughput_qps"] / 2.0
+            n_half = min(half_rate_queries, max(50, int(rate * 30)))
+            half_texts = [pool[i % len(pool)] for i in range(n_half)]
+            with tqdm(total=n_half, desc=f"half rate {rate:.0f}/s", unit="q") as bar:
+                half = asyncio.run(
+                    _run_phase(
+                        broker.bootstrap,
+                        k.queries_topic,
+                        k.verdicts_topic,
+                        half_texts,
+                        "half",
+                        rate,
+                        timeout_s,
+                        bar.update,
+                    )
+                )
+            rss = peak_rss_mb(worker.pid) if worker.pid else None
+        finally:
+            worker.terminate()
+    echo("measuring the encoder alone in a fresh process ...")
+    enc_qps = encoder_only_qps(texts, batch_max, encoder=settings.scoring.encoder)
+
+    n = after.get("sidecar_records_total", 0.0) - before.get("sidecar_records_total", 0.0)
+    split = {
+        s: round(
+            1000.0 * (after.get(f"stage_{s}", 0.0) - before.get(f"stage_{s}", 0.0)) / max(n, 1.0), 4
+        )
+        for s in ("decode", "encode", "detect", "produce")
+    }
+    batches = after.get("sidecar_batch_size_count", 0.0) - before.get(
+        "sidecar_batch_size_count", 0.0
+    )
+    report.update(
+        {
+            "queries": queries,
+            "throughput_qps": sat["throughput_qps"],
+            "latency_ms_p50": sat["latency_ms_p50"],
+            "latency_ms_p99": sat["latency_ms_p99"],
+            "encoder_only_qps": enc_qps,
+            "ratio_to_encoder": round(sat["throughput_qps"] / enc_qps, 3) if enc_qps else None,
+            "worker_peak_rss_mb": round(rss, 1) if rss is not None else None,
+            "time_split_ms_per_query": split,
+            "mean_batch_size_saturation": round(n / batches, 2) if batches else None,
+            "half_rate": {"rate_qps": round(rate, 2), **half},
+            "load_average_1_5_15_start": [round(x, 2) for x in load_start],
+            "load_average_1_5_15_end": [round(x, 2) for x in os.getloadavg()],
+        }
+    )
+    report["targets"] = {
+        "ratio_to_encoder": {
+            "target": ">= 0.85",
+            "measured": report["ratio_to_encoder"],
+            "met": (report["ratio_to_encoder"] or 0) >= 0.85,
+        },
+        "latency_ms_p99_half_rate": {
+            "target": "<= 50",
+            "measured": half["latency_ms_p99"],
+            "met": half["latency_ms_p99"] <= 50.0,
+        },
+        "worker_peak_rss_mb": {
+            "target": "<= 1500",
+            "measured": report["worker_peak_rss_mb"],
+            "met": rss is not None and rss <= 1500.0,
+        },
+    }
+    return report

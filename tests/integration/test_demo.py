@@ -1,0 +1,37 @@
+"""``sidecar demo`` end to end: one command, real broker, real worker, exit 0."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def test_demo_runs_end_to_end_and_prints_verdicts(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sidecar",
+            "demo",
+            "--directory-store",
+            "--limit",
+            "12",
+            "--workdir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    assert "12 verdicts, 2 dead letters" in out
+    assert "DLQ  reason=undecodable" in out and "DLQ  reason=empty_text" in out
+    assert "worker stopped (exit code 0)" in out
+    rows = [line for line in out.splitlines() if line.startswith("demo-")]
+    assert len(rows) == 12 and all((" ID " in r) or (" OOD " in r) for r in rows)

@@ -1,0 +1,255 @@
+"""Prompts, predicates, voting, retry parsing, request validation and the public surface."""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import sidecar.explain as ex
+from sidecar.errors import ConfigError, DataError
+from sidecar.explain._agent import (
+    BAD_PREDICATE,
+    BAD_REQUEST,
+    INVALID_JSON,
+    TOO_MANY_SOURCES,
+    _Rejected,
+    dead_letter,
+    parse_request,
+)
+from sidecar.explain._client import AnswerCache, parse_retry_after
+from sidecar.explain._evaluate import SubsetEvaluator
+from sidecar.explain._prompt import NO_SOURCES, Source, build_messages, load_sources
+from sidecar.settings import load_settings
+
+
+def test_public_surface_is_pinned() -> None:
+    assert sorted(ex.__all__) == sorted(
+        [
+            "RULE_TYPES",
+            "AnswerCache",
+            "BlackBox",
+            "ChatCompletionsClient",
+            "DualMiner",
+            "EvaluatorStats",
+            "Explanation",
+            "FakeChatLLM",
+            "FamilyResult",
+            "LocalSmolLM2",
+            "MiningReport",
+            "MonoMiner",
+            "Predicate",
+            "RuleType",
+            "Source",
+            "SubsetEvaluator",
+            "brute_force_rules",
+            "build_messages",
+            "explain",
+            "load_sources",
+            "local_model_available",
+            "parse_predicate",
+            "register_explain_agent",
+        ]
+    )
+
+
+SOURCES = [Source("a", "alpha text"), Source("b", "beta text"), Source("c", "gamma text")]
+
+
+def test_prompt_keeps_only_kept_sources_in_order_with_stable_markers() -> None:
+    user = build_messages("Q?", SOURCES, 0b101)[1]["content"]
+    assert "[S1] alpha text" in user and "[S3] gamma text" in user
+    assert "[S2]" not in user and "beta" not in user
+    assert user.index("[S1]") < user.index("[S3]")
+    assert user.endswith("Question: Q?\nAnswer:")
+    empty = build_messages("Q?", SOURCES, 0)
+    assert NO_SOURCES in empty[1]["content"] and "[S" not in empty[1]["content"]
+    # the system prompt is identical whatever is kept
+    assert empty[0] == build_messages("Q?", SOURCES, 0b111)[0]
+
+
+def test_load_sources_errors_are_data_errors(tmp_path: Path) -> None:
+    good = tmp_path / "s.jsonl"
+    good.write_text('{"id": "x", "text": "t1"}\n\n{"text": "t2"}\n')
+    assert [s.id for s in load_sources(good)] == ["x", "S2"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{nope\n")
+    with pytest.raises(DataError, match=r"bad\.jsonl:1"):
+        load_sources(bad)
+    dup = tmp_path / "dup.jsonl"
+    dup.write_text('{"id": "x", "text": "1"}\n{"id": "x", "text": "2"}\n')
+    with pytest.raises(DataError, match="unique"):
+        load_sources(dup)
+    with pytest.raises(FileNotFoundError):
+        load_sources(tmp_path / "missing.jsonl")
+
+
+def _check(spec: str, answer: str) -> bool:
+    return asyncio.run(ex.parse_predicate(spec)(answer))
+
+
+def test_predicates() -> None:
+    assert _check("contains:Paris", "It is  paris, France")
+    assert not _check("contains:Paris", "Lyon")
+    assert _check("regex:\\b19\\d\\d\\b", "born in 1984.")
+    assert _check("equals:The Eiffel Tower", "eiffel tower!")
+    assert not _check("equals:Eiffel", "Eiffel Tower")
+    assert _check("not:contains:Paris", "Lyon")
+    assert ex.parse_predicate("not:equals:x").spec == "not:equals:x"
+
+
+def test_bad_predicate_specs_are_config_errors() -> None:
+    for spec in ("contains", "contains:", "nope:x", "regex:(", "similar:x:ref", "similar:0.5"):
+        with pytest.raises(ConfigError):
+            ex.parse_predicate(spec)
+    with pytest.raises(ConfigError, match="judge"):
+        ex.parse_predicate("judge:is it wrong?")
+
+
+class _TinyEncoder:
+    """A fake of the project's Encoder protocol: bag of two words."""
+
+    name = "tiny"
+    dim = 2
+
+    def encode(self, texts: list[str], *, batch_size: int = 64) -> np.ndarray:
+        v = np.array([[t.count("paris") + 1e-3, t.count("lyon") + 1e-3] for t in texts])
+        return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+
+
+def test_similarity_predicate_uses_the_encoder_lazily() -> None:
+    built = []
+
+    def factory() -> _TinyEncoder:
+        built.append(1)
+        return _TinyEncoder()
+
+    pred = ex.parse_predicate("similar:0.9:paris", encoder_factory=factory)
+    assert built == []  # parsing loads nothing
+    assert asyncio.run(pred("paris paris"))
+    assert not asyncio.run(pred("lyon"))
+    assert built == [1]
+
+
+def test_majority_vote_and_seeded_ties_never_resample_cached_subsets() -> None:
+    calls: Counter[tuple[int, int]] = Counter()
+
+    async def sample(mask: int, i: int) -> bool:
+        calls[(mask, i)] += 1
+        await asyncio.sleep(0)
+        return i < mask  # mask 2 with 3 votes: True, True, False
+
+    async def go() -> tuple[dict[int, bool], SubsetEvaluator]:
+        ev = SubsetEvaluator(sample, votes=3, concurrency=2)
+        first = await ev.evaluate([0, 2, 2, 3])
+        again = await ev.evaluate([2, 3, 0])
+        assert again == {2: True, 3: True, 0: False}
+        return first, ev
+
+    first, ev = asyncio.run(go())
+    assert first == {0: False, 2: True, 3: True}
+    assert set(calls.values()) == {1}  # every (subset, vote) asked exactly once
+    assert ev.stats.calls == 3 and ev.stats.requests == 9 and ev.stats.cache_hits == 4
+
+    async def tie(mask: int, i: int) -> bool:
+        return i == 0
+
+    coins = [
+        asyncio.run(SubsetEvaluator(tie, votes=2, seed=5).evaluate(range(32))) for _ in range(2)
+    ]
+    assert coins[0] == coins[1]  # seeded: reruns agree
+    assert 0 < sum(coins[0].values()) < 32  # a real coin, not a constant
+
+
+def test_concurrency_is_bounded() -> None:
+    live = peak = 0
+
+    async def sample(mask: int, i: int) -> bool:
+        nonlocal live, peak
+        live += 1
+        peak = max(peak, live)
+        await asyncio.sleep(0.001)
+        live -= 1
+        return True
+
+    asyncio.run(SubsetEvaluator(sample, concurrency=3).evaluate(range(20)))
+    assert peak == 3
+
+
+def test_retry_after_parsing() -> None:
+    assert parse_retry_after("2") == 2.0
+    assert parse_retry_after("0.25") == 0.25
+    assert parse_retry_after(None) is None and parse_retry_after("soon") is None
+    later = email.utils.formatdate(time.time() + 30, usegmt=True)
+    assert 25 < (parse_retry_after(later) or 0) <= 31
+
+
+def test_answer_cache_keys_cover_model_params_prompt_and_seed(tmp_path: Path) -> None:
+    cache = AnswerCache(tmp_path)
+    msgs = [{"role": "user", "content": "hi"}]
+    k = AnswerCache.key("m", {"temperature": 0.0}, msgs, 0)
+    others = {
+        AnswerCache.key("m2", {"temperature": 0.0}, msgs, 0),
+        AnswerCache.key("m", {"temperature": 0.5}, msgs, 0),
+        AnswerCache.key("m", {"temperature": 0.0}, [{"role": "user", "content": "ho"}], 0),
+        AnswerCache.key("m", {"temperature": 0.0}, msgs, 1),
+    }
+    assert k not in others and len(others) == 4
+    assert cache.get(k) is None
+    cache.put(k, "hello", {"model": "m"})
+    assert cache.get(k) == "hello"
+    (tmp_path / f"{k}.json").write_text("{broken")
+    assert cache.get(k) is None
+
+
+def _req(**kw: object) -> bytes:
+    doc = {
+        "request_id": "r1",
+        "query": "q?",
+        "sources": [{"id": "a", "text": "t"}],
+        "predicate": "contains:x",
+        **kw,
+    }
+    return json.dumps(doc).encode()
+
+
+def test_request_validation_reason_codes() -> None:
+    settings = load_settings(explain={"max_sources": 3})
+    ok = parse_request(_req(), settings)
+    assert ok.rules == ("retention", "omission") and ok.miner == "dual" and ok.votes == 1
+    cases = {
+        b"\xff\xfe": INVALID_JSON,
+        b"[1, 2]": INVALID_JSON,
+        _req(request_id=""): BAD_REQUEST,
+        _req(query=7): BAD_REQUEST,
+        _req(sources=[]): BAD_REQUEST,
+        _req(sources=[{"id": "a"}]): BAD_REQUEST,
+        _req(sources=[{"text": str(i)} for i in range(4)]): TOO_MANY_SOURCES,
+        _req(rules=["both"]): BAD_REQUEST,
+        _req(miner="tri"): BAD_REQUEST,
+        _req(votes=0): BAD_REQUEST,
+        _req(predicate=None): BAD_PREDICATE,
+    }
+    for value, reason in cases.items():
+        with pytest.raises(_Rejected) as info:
+            parse_request(value, settings)
+        assert info.value.reason == reason, value
+    rec = dead_letter(b"\xff", "t", 2, 9, INVALID_JSON, "x")
+    assert set(rec) == {
+        "reason", "detail", "payload", "payload_encoding", "topic", "partition", "offset",
+        "model_version", "ts",
+    }  # fmt: skip
+    assert rec["payload_encoding"] == "base64" and rec["offset"] == 9
+
+
+def test_local_model_absence_is_a_clear_error() -> None:
+    if ex.local_model_available():
+        pytest.skip("the local model is installed here")
+    with pytest.raises(ConfigError, match="pip install"):
+        ex.LocalSmolLM2()

@@ -1,0 +1,36 @@
+"""Split-conformal threshold."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sidecar.errors import ConfigError
+from sidecar.scoring import conformal_threshold
+
+
+def test_rank_formula() -> None:
+    scores = np.arange(1.0, 20.0)  # n = 19, alpha = 0.1 -> rank ceil(20 * 0.9) = 18
+    assert conformal_threshold(scores, 0.1) == 18.0
+
+
+def test_frr_is_at_most_the_target_on_exchangeable_data() -> None:
+    rng = np.random.default_rng(0)
+    alpha, n_cal, trials = 0.05, 200, 400
+    rates = []
+    for _ in range(trials):
+        cal = rng.standard_t(3, size=n_cal)
+        test = rng.standard_t(3, size=500)
+        rates.append(np.mean(test > conformal_threshold(cal, alpha)))
+    # Marginal guarantee: E[FRR] <= alpha (and >= alpha - 1/(n+1)); margin for 400 trials.
+    assert np.mean(rates) <= alpha + 0.004
+    assert np.mean(rates) >= alpha - 1 / (n_cal + 1) - 0.004
+
+
+def test_too_few_scores_fall_back_to_the_max() -> None:
+    assert conformal_threshold([0.3, 0.1, 0.2], 0.05) == 0.3
+
+
+def test_bad_target() -> None:
+    with pytest.raises(ConfigError):
+        conformal_threshold([1.0, 2.0], 0.0)

@@ -1,0 +1,278 @@
+"""Detectors: the estimator contract, the paper's rules, numpy inference = scikit-learn."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+
+from sidecar.errors import DataError, NotFittedError
+from sidecar.scoring import (
+    CombinedDetector,
+    EpsilonBall,
+    EpsilonCube,
+    EpsilonRect,
+    GMMDetector,
+    KNNDetector,
+    LogRegDetector,
+    MahalanobisDetector,
+    MaxCosineDetector,
+    ResidualDetector,
+    SVMDetector,
+    make_detector,
+)
+
+M = 4
+
+
+def _labelled(seed: int = 0, n_id: int = 150, n_ood: int = 150) -> tuple[np.ndarray, np.ndarray]:
+    """ID around the origin, OOD shifted along the first axis; y = 1 for OOD."""
+    rng = np.random.default_rng(seed)
+    X_id = rng.normal(size=(n_id, M))
+    X_ood = rng.normal(size=(n_ood, M)) * 1.5 + np.r_[4.0, np.zeros(M - 1)]
+    return np.vstack([X_id, X_ood]), np.r_[np.zeros(n_id), np.ones(n_ood)].astype(int)
+
+
+def _unit(X: np.ndarray) -> np.ndarray:
+    return X / np.linalg.norm(X, axis=1, keepdims=True)
+
+
+# (detector, ID-only training data, a far-away query)
+def _id_only_cases() -> list[tuple[Any, np.ndarray, np.ndarray]]:
+    rng = np.random.default_rng(1)
+    pcs = rng.normal(size=(200, M))
+    far_pcs = np.full((1, M), 30.0)
+    emb = _unit(np.r_[5.0, np.zeros(15)] + rng.normal(size=(200, 16)))
+    far_emb = _unit(np.r_[-5.0, np.ones(15)][None, :])
+    resid = np.abs(rng.normal(0.5, 0.05, size=(200, 1)))
+    return [
+        (EpsilonBall(), pcs, far_pcs),
+        (EpsilonCube(), pcs, far_pcs),
+        (EpsilonRect(), pcs, far_pcs),
+        (SVMDetector(), pcs, far_pcs),
+        (GMMDetector(n_components=2), pcs, far_pcs),
+        (ResidualDetector(), resid, np.array([[1.2]])),
+        (MaxCosineDetector(), emb, far_emb),
+        (KNNDetector(n_neighbors=5), emb, far_emb),
+        (MahalanobisDetector(), emb, far_emb),
+    ]
+
+
+@pytest.mark.parametrize("case", _id_only_cases(), ids=lambda c: type(c[0]).__name__)
+def test_id_only_detector_flags_a_far_point(case: tuple[Any, np.ndarray, np.ndarray]) -> None:
+    det, X, far = case
+    det.fit(X)
+    train = det.score_samples(X)
+    assert det.score_samples(far)[0] > train.max()
+    assert det.predict(far).tolist() == [1]
+    assert det.predict(X).mean() < 0.5  # most training ID points stay ID
+
+
+@pytest.mark.parametrize("cls", [LogRegDetector, CombinedDetector])
+def test_supervised_detectors_need_ood(cls: type) -> None:
+    X, _ = _labelled()
+    with pytest.raises(DataError):
+        cls().fit(X[:150])
+
+
+@pytest.mark.parametrize(
+    "det",
+    [
+        LogRegDetector(),
+        SVMDetector(kernel="linear"),
+        SVMDetector(),
+        GMMDetector(n_components=2),
+        EpsilonBall(),
+        EpsilonCube(),
+        EpsilonRect(),
+    ],
+    ids=lambda d: f"{d.kind}-{getattr(d, 'kernel', '')}",
+)
+def test_labelled_detectors_separate_and_flag_far_ood(det: Any) -> None:
+    X, y = _labelled()
+    det.fit(X, y)
+    s = det.score_samples(X)
+    assert s[y == 1].mean() > s[y == 0].mean()
+    far = np.r_[40.0, np.zeros(M - 1)][None, :]
+    assert det.predict(far).tolist() == [1]
+    if getattr(det, "kernel", "") != "rbf":  # far from every support vector, RBF is its bias
+        assert det.score_samples(far)[0] > np.median(s[y == 1])
+
+
+@pytest.mark.parametrize(
+    "det",
+    [
+        EpsilonBall(),
+        LogRegDetector(),
+        SVMDetector(),
+        GMMDetector(),
+        MaxCosineDetector(),
+        KNNDetector(),
+        MahalanobisDetector(),
+        ResidualDetector(),
+    ],
+    ids=lambda d: d.kind,
+)
+def test_not_fitted(det: Any) -> None:
+    with pytest.raises(NotFittedError):
+        det.score_samples(np.zeros((1, M)))
+    with pytest.raises(NotFittedError):
+        det.to_state()
+
+
+def test_sklearn_contract_clone_and_params() -> None:
+    det = make_detector("epsilon_rect", quantile=0.9)
+    assert det.get_params()["quantile"] == 0.9
+    twin = clone(det)
+    assert twin.get_params() == det.get_params()
+    X, y = _labelled()
+    assert det.fit(X, y) is det
+    assert not hasattr(clone(det), "epsilon_")  # a clone is unfitted
+    assert CombinedDetector(C=0.3).set_params(C=2.0).C == 2.0
+
+
+def _brute_counts(Q: np.ndarray, P: np.ndarray, r: float, p: float) -> np.ndarray:
+    diff = Q[:, None, :] - P[None, :, :]
+    d = np.abs(diff).max(axis=2) if p == np.inf else np.linalg.norm(diff, axis=2)
+    return (d <= r).sum(axis=1)
+
+
+def _brute_dist(Q: np.ndarray, P: np.ndarray, p: float) -> np.ndarray:
+    diff = Q[:, None, :] - P[None, :, :]
+    d = np.abs(diff).max(axis=2) if p == np.inf else np.linalg.norm(diff, axis=2)
+    return d.min(axis=1)
+
+
+@pytest.mark.parametrize(
+    ("det", "p"), [(EpsilonBall(epsilon=0.9), 2.0), (EpsilonCube(epsilon=0.6), np.inf)]
+)
+def test_ball_and_cube_match_brute_force(det: Any, p: float) -> None:
+    X, y = _labelled(n_id=60, n_ood=60)
+    det.fit(X, y)
+    Q = np.random.default_rng(5).normal(size=(80, M)) * 2.0 + np.r_[2.0, 0, 0, 0]
+    n_id, n_ood = det.neighbour_counts(Q)
+    eps = det.epsilon_
+    assert np.array_equal(n_id, _brute_counts(Q, X[y == 0], eps, p))
+    assert np.array_equal(n_ood, _brute_counts(Q, X[y == 1], eps, p))
+    assert det.predict(Q).tolist() == ((n_id == 0) | (n_ood >= n_id)).astype(int).tolist()
+    d_id, d_ood = _brute_dist(Q, X[y == 0], p), _brute_dist(Q, X[y == 1], p)
+    expected = d_id / eps - np.minimum(d_ood, eps) / eps
+    np.testing.assert_allclose(det.score_samples(Q), expected, rtol=1e-12, atol=1e-12)
+    assert 0 < det.predict(Q).sum() < len(Q)  # the example exercises both verdicts
+
+
+def test_rect_is_a_scaled_chebyshev_ball() -> None:
+    X, y = _labelled(n_id=60, n_ood=60)
+    hw = np.array([0.4, 0.9, 1.3, 0.7])
+    det = EpsilonRect(half_widths=hw.tolist()).fit(X, y)
+    np.testing.assert_allclose(det.half_widths_, hw)
+    Q = np.random.default_rng(6).normal(size=(80, M)) * 2.0
+    # Brute force: inside the box iff |q_j - x_j| <= hw_j on every axis.
+    inside_id = (np.abs(Q[:, None, :] - X[y == 0][None]) <= hw).all(axis=2).sum(axis=1)
+    inside_ood = (np.abs(Q[:, None, :] - X[y == 1][None]) <= hw).all(axis=2).sum(axis=1)
+    n_id, n_ood = det.neighbour_counts(Q)
+    assert np.array_equal(n_id, inside_id) and np.array_equal(n_ood, inside_ood)
+    # ... which is the Chebyshev ball of radius 1 after dividing each axis by hw.
+    assert np.array_equal(n_id, _brute_counts(Q / hw, X[y == 0] / hw, 1.0, np.inf))
+
+
+def test_default_epsilon_is_a_quantile_of_neighbour_distances() -> None:
+    X = np.random.default_rng(2).normal(size=(300, M))
+    det = EpsilonBall(quantile=0.9).fit(X)
+    d = np.linalg.norm(X[:, None] - X[None], axis=2)
+    np.fill_diagonal(d, np.inf)
+    assert det.epsilon_ == pytest.approx(np.quantile(d.min(axis=1), 0.9))
+
+
+def test_logreg_numpy_equals_sklearn() -> None:
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    X, y = _labelled()
+    det = LogRegDetector(C=0.5).fit(X, y)
+    ref = make_pipeline(
+        StandardScaler(),
+        LogisticRegression(C=0.5, class_weight="balanced", max_iter=2000, random_state=0),
+    ).fit(X, y)
+    np.testing.assert_allclose(det.score_samples(X), ref.decision_function(X), atol=1e-8)
+    assert np.array_equal(det.predict(X), ref.predict(X))
+
+
+@pytest.mark.parametrize("kernel", ["linear", "rbf"])
+def test_svm_numpy_equals_sklearn(kernel: str) -> None:
+    from sklearn.svm import SVC
+
+    X, y = _labelled()
+    det = SVMDetector(kernel=kernel, C=2.0).fit(X, y)
+    ref = SVC(kernel=kernel, C=2.0, gamma="scale", class_weight="balanced", random_state=0)
+    ref.fit(X, y)
+    np.testing.assert_allclose(det.score_samples(X), ref.decision_function(X), atol=1e-8)
+    assert np.array_equal(det.predict(X), ref.predict(X))
+
+
+def test_one_class_svm_numpy_equals_sklearn() -> None:
+    from sklearn.svm import OneClassSVM
+
+    X = np.random.default_rng(4).normal(size=(200, M))
+    det = SVMDetector(nu=0.1).fit(X)
+    ref = OneClassSVM(gamma="scale", nu=0.1).fit(X)
+    np.testing.assert_allclose(det.score_samples(X), -ref.decision_function(X), atol=1e-8)
+
+
+def test_gmm_numpy_equals_sklearn() -> None:
+    from sklearn.mixture import GaussianMixture
+
+    X, y = _labelled()
+    det = GMMDetector(n_components=2).fit(X, y)
+
+    def ref(Xc: np.ndarray) -> GaussianMixture:
+        return GaussianMixture(2, covariance_type="full", reg_covar=1e-6, random_state=0).fit(Xc)
+
+    g_id, g_ood = ref(X[y == 0]), ref(X[y == 1])
+    expected = g_ood.score_samples(X) - g_id.score_samples(X)
+    np.testing.assert_allclose(det.score_samples(X), expected, atol=1e-8)
+    id_only = GMMDetector(n_components=2).fit(X[y == 0])
+    np.testing.assert_allclose(id_only.score_samples(X), -g_id.score_samples(X), atol=1e-8)
+
+
+@pytest.mark.parametrize(
+    "det",
+    [
+        EpsilonBall(),
+        EpsilonCube(),
+        EpsilonRect(),
+        LogRegDetector(),
+        SVMDetector(),
+        SVMDetector(kernel="linear"),
+        GMMDetector(n_components=2),
+    ],
+    ids=lambda d: f"{d.kind}-{getattr(d, 'kernel', '')}",
+)
+def test_state_round_trip_is_bit_exact(det: Any) -> None:
+    X, y = _labelled()
+    det.fit(X, y)
+    params, arrays = det.to_state()
+    twin = type(det).from_state(params, {k: v.copy() for k, v in arrays.items()})
+    Q = np.random.default_rng(9).normal(size=(50, M)) * 3
+    assert np.array_equal(twin.score_samples(Q), det.score_samples(Q))
+    assert np.array_equal(twin.predict(Q), det.predict(Q))
+
+
+def test_from_state_rejects_missing_arrays() -> None:
+    from model_store import IncompatibleArtifact
+
+    X, y = _labelled()
+    params, arrays = EpsilonBall().fit(X, y).to_state()
+    del arrays["id_points"]
+    with pytest.raises(IncompatibleArtifact):
+        EpsilonBall.from_state(params, arrays)
+
+
+def test_wrong_feature_count_is_refused() -> None:
+    X, y = _labelled()
+    det = LogRegDetector().fit(X, y)
+    with pytest.raises(DataError):
+        det.score_samples(np.zeros((2, M + 1)))

@@ -351,5 +351,10 @@ class AsyncDirectoryStore:
                 return found
             await asyncio.sleep(min(self.event_poll_s, remaining))
 
+    async def ping(self) -> None:
+        """Raise :class:`StoreUnavailable` unless the store directory is there."""
+        if not await asyncio.to_thread(self.store.root.is_dir):
+            raise StoreUnavailable(f"store directory {self.store.root} is gone")
+
     async def close(self) -> None:
         self.store.close()

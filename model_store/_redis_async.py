@@ -120,5 +120,10 @@ class AsyncRedisStore:
             events.extend(parse_event(i, f) for i, f in rows)
         return events
 
+    async def ping(self) -> None:
+        """Raise :class:`StoreUnavailable` unless Redis answers (for readiness checks)."""
+        with translate_errors(self.url):
+            await self.client.ping()
+
     async def close(self) -> None:
         await self.client.aclose()

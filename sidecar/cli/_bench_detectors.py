@@ -56,7 +56,9 @@ def _synthetic(n_kb: int, n_id: int, n_ood: int, n_test: int, seed: int) -> dict
     basis = np.linalg.qr(rng.normal(size=(_DIM, 64)))[0].T  # 64 orthonormal directions
 
     def topic(n: int, centre: np.ndarray, dirs: np.ndarray, noise: float) -> np.ndarray:
-        z = rng.normal(size=(n, dirs.shape[0])) @ dirs * 0.35
+        # A decaying spectrum, as sentence-embedding PCA spectra have.
+        scales = 0.5 * np.geomspace(1.0, 0.2, dirs.shape[0])
+        z = (rng.normal(size=(n, dirs.shape[0])) * scales) @ dirs
         x = centre + z + noise * rng.normal(size=(n, _DIM))
         return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
 

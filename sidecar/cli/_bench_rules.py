@@ -80,6 +80,14 @@ _HOTPOT = Path("../shared/data/hotpotqa/hotpotqa_train_hipporag100.jsonl")
     show_default=True,
     help="Skip this many questions before the real-LLM ones.",
 )
+@click.option(
+    "--llm-screen",
+    type=click.IntRange(0, 100),
+    default=0,
+    show_default=True,
+    help="Real LLM: ask this many questions with all sources first and mine only "
+    "those whose answer contains the gold answer (0: no screening).",
+)
 @click.option("--local-model", is_flag=True, help="Real LLM: the packaged SmolLM2-135M.")
 @click.option("--base-url", default=None, help="Real LLM: an OpenAI-compatible endpoint.")
 @click.option("--model", default=None, help="Model name for --base-url.")
@@ -101,6 +109,7 @@ def bench_rules_command(**o: Any) -> None:
     from sidecar.errors import ConfigError
     from sidecar.explain._bench import (
         PAPER_PRUNED_SHARE,
+        MemoBlackBox,
         SimulatedHotpotLLM,
         compare_miners,
         hotpot_record,
@@ -110,6 +119,8 @@ def bench_rules_command(**o: Any) -> None:
     )
     from sidecar.explain._client import BlackBox, ChatCompletionsClient
     from sidecar.explain._local import LocalSmolLM2
+    from sidecar.explain._predicates import Contains
+    from sidecar.explain._prompt import build_messages
     from sidecar.settings import load_settings
 
     if o["n_min"] > o["n_max"]:
@@ -180,19 +191,42 @@ def bench_rules_command(**o: Any) -> None:
             black_box = LocalSmolLM2(max_tokens=o["max_tokens"])
         else:
             raise ConfigError("--llm-questions needs --local-model or --base-url")
+        screen = max(o["llm_screen"], o["llm_questions"])
         items = load_hotpot(
-            o["hotpot_path"],
-            limit=o["llm_questions"],
-            n_sources=o["llm_sources"],
-            skip=o["llm_skip"],
+            o["hotpot_path"], limit=screen, n_sources=o["llm_sources"], skip=o["llm_skip"]
         )
-        for item in tqdm(items, desc=f"hotpotqa ({black_box.name})", disable=o["no_progress"]):
-            rec = asyncio.run(
-                hotpot_record(item, black_box, brute=len(item.sources) <= o["brute_max_n"])
+        memo = MemoBlackBox(black_box)  # the screening answers are reused by the miners
+        setting = f"hotpotqa_llm:{black_box.name}"
+
+        async def llm_phase() -> None:
+            # one event loop for the whole phase: an HTTP client's pool belongs to one loop
+            picked = items
+            if o["llm_screen"]:
+                picked, screened = [], []
+                for item in tqdm(items, desc="screening", disable=o["no_progress"]):
+                    full = build_messages(item.question, item.sources, (1 << len(item.sources)) - 1)
+                    answer = await memo.complete(full, seed=0)
+                    ok = await Contains(item.answer)(answer)
+                    screened.append({"qid": item.qid, "gold": item.answer, "answer": answer,
+                                     "contains_gold": ok})  # fmt: skip
+                    if ok and len(picked) < o["llm_questions"]:
+                        picked.append(item)
+                report["hotpotqa_llm_screening"] = screened
+            for item in tqdm(picked, desc=setting, disable=o["no_progress"]):
+                brute = len(item.sources) <= o["brute_max_n"]
+                rec = await hotpot_record(item, memo, brute=brute)
+                hotpot.append({"setting": setting, **rec})
+                _write(o["json_out"], {**report, "hotpotqa": hotpot})  # partial results
+            await black_box.aclose()
+
+        asyncio.run(llm_phase())
+        report["hotpotqa_llm_generations"] = memo.asked
+        if o["llm_screen"]:
+            report["notes"].append(
+                f"{setting}: only questions whose all-sources answer contains the gold answer "
+                f"(screened {len(items)} from question {o['llm_skip']}) were mined; "
+                f"{o['llm_sources']} paragraphs per question (supporting ones + distractors)"
             )
-            hotpot.append({"setting": f"hotpotqa_llm:{black_box.name}", **rec})
-            _write(o["json_out"], {**report, "hotpotqa": hotpot})  # partial results survive
-        asyncio.run(black_box.aclose())
     report["hotpotqa"] = hotpot
     report["hotpotqa_summary"] = {
         s: summarise(r for r in hotpot if r["setting"] == s)

@@ -43,8 +43,16 @@ BAD_REQUEST = "explain_bad_request"  # a field is missing or has the wrong type
 BAD_PREDICATE = "explain_bad_predicate"  # the predicate spec does not parse
 TOO_MANY_SOURCES = "explain_too_many_sources"  # over explain.max_sources
 BLACK_BOX_FAILED = "explain_black_box_failed"  # the LLM failed after its retries
+EXPLAIN_FAILED = "explain_failed"  # anything else raised while mining (logged with traceback)
 
-REASONS = (INVALID_JSON, BAD_REQUEST, BAD_PREDICATE, TOO_MANY_SOURCES, BLACK_BOX_FAILED)
+REASONS = (
+    INVALID_JSON,
+    BAD_REQUEST,
+    BAD_PREDICATE,
+    TOO_MANY_SOURCES,
+    BLACK_BOX_FAILED,
+    EXPLAIN_FAILED,
+)
 
 
 class _Rejected(Exception):
@@ -174,6 +182,9 @@ class ExplainHandler:
                 )
             except BlackBoxError as exc:
                 raise _Rejected(BLACK_BOX_FAILED, str(exc)) from exc
+            except Exception as exc:  # keep the agent alive; the request is dead-lettered
+                log.exception("explain request at %s[%s]@%s failed", topic, partition, offset)
+                raise _Rejected(EXPLAIN_FAILED, f"{type(exc).__name__}: {exc}") from exc
         except _Rejected as rej:
             log.warning(
                 "explain request at %s[%s]@%s rejected: %s", topic, partition, offset, rej.reason

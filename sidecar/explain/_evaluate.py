@@ -108,7 +108,12 @@ class SubsetEvaluator:
                 self.order.append(mask)
             waits[mask] = fut
         if waits:
-            await asyncio.gather(*waits.values())
+            try:
+                await asyncio.gather(*waits.values())
+            except BaseException:
+                for fut in waits.values():  # one failed: stop asking for the rest
+                    fut.cancel()
+                raise
         return {mask: self._cache[mask] for mask in wanted}
 
     async def _evaluate_one(self, mask: int) -> bool:

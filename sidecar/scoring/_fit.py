@@ -17,7 +17,7 @@ from sidecar.scoring._subspace import KBSubspace, select_evr, select_pvalue
 
 log = logging.getLogger(__name__)
 
-DEFAULT_K = 64
+DEFAULT_K = 128
 CALIBRATION_FRACTION = 0.3
 
 
@@ -79,7 +79,7 @@ def fit_ood_model(
         Number of PCs the detector sees.
     k : int, optional
         Top PCs spanning the KB subspace (residual and p-value pool); default
-        ``min(64, n_docs - 1, dim)`` and at least ``m``.
+        ``min(128, n_docs - 1, dim)`` and at least ``m``.
     target_frr : float
         Target false-reject rate (ID flagged OOD) of the calibrated threshold.
     seed : int

@@ -12,12 +12,21 @@ otherwise the points within epsilon vote (a tie counts as OOD).
 
 Continuous score (for AUROC and for a calibrated threshold), in units of epsilon::
 
-    score = d_id / eps - min(d_ood, eps) / eps
+    score = min(d_id, cap * eps) / eps - min(d_ood, eps) / eps
 
 where ``d_id`` / ``d_ood`` are the distances (in the detector's metric) to the nearest ID /
-OOD training point. A query with no ID point inside gets a score above 0 unless an OOD
-point is closer; with ID points inside and no OOD point, it is below 0; when both are
-inside, the nearer class wins. Far from everything the score grows with ``d_id``.
+OOD training point and ``cap`` is ``score_cap``. With ID points inside the ball and no OOD
+point, the score is below 0; with no ID point inside, above 0; when both are inside, the
+nearer class wins. Far from everything the score grows with ``d_id`` up to ``cap``.
+
+Two precomputations keep a query in microseconds, neither changes ``predict``:
+
+* OOD training points farther than ``2 * eps`` from every ID training point are dropped at
+  fit. They can only be within epsilon of queries that have no ID point within epsilon,
+  which the rule calls OOD whatever their OOD neighbours are (triangle inequality), so
+  the verdicts are exact; the score of such queries can only fall, and stays above 0.
+* ``score_cap`` bounds the nearest-ID search (``distance_upper_bound``), so far queries
+  stop early instead of visiting the whole tree. ``score_cap=None`` searches exactly.
 
 Neighbour queries use ``scipy.spatial.cKDTree`` (rebuilt from the stored points on load),
 never a Python loop over training points.
@@ -45,10 +54,12 @@ class _EpsilonDetector(OODDetector):
         epsilon: float | None = None,
         *,
         quantile: float = 0.95,
+        score_cap: float | None = 4.0,
         workers: int = 1,
     ):
         self.epsilon = epsilon
         self.quantile = quantile
+        self.score_cap = score_cap
         self.workers = workers
 
     def _fixed_epsilon(self) -> float | None:
@@ -86,6 +97,20 @@ class _EpsilonDetector(OODDetector):
             self.epsilon_ = float(max(np.quantile(d[:, 1], self.quantile), 1e-12))
         else:
             self.epsilon_ = float(fixed)
+        self.n_ood_seen_ = len(self.ood_points_)
+        if len(self.ood_points_):
+            reach = 2.0 * self.epsilon_
+            d, _ = self._tree_id.query(
+                self.ood_points_,
+                k=1,
+                p=self._p,
+                distance_upper_bound=reach * (1 + 1e-9),
+                workers=self.workers,
+            )
+            self.ood_points_ = np.ascontiguousarray(self.ood_points_[d <= reach])
+            self._build()
+        if self.score_cap is not None and self.score_cap < 3.0:
+            raise DataError("score_cap must be >= 3 (or None)")
         self.n_features_in_ = X.shape[1]
         self.offset_ = 0.0
         return self
@@ -106,13 +131,20 @@ class _EpsilonDetector(OODDetector):
         """
         Q = self._scaled(X)
         eps = self.epsilon_
-        d_id, _ = self._tree_id.query(Q, k=1, p=self._p, workers=self.workers)
-        score = np.asarray(d_id, dtype=np.float64) / eps
-        if self._tree_ood is not None:
+        cap = np.inf if self.score_cap is None else float(self.score_cap)
+        d_id, _ = self._tree_id.query(
+            Q, k=1, p=self._p, distance_upper_bound=cap * eps, workers=self.workers
+        )
+        score = np.minimum(np.asarray(d_id, dtype=np.float64) / eps, cap)
+        # Only queries within 3 eps of an ID point can have a kept OOD point within eps.
+        near = np.flatnonzero(score < 3.0) if self._tree_ood is not None else np.empty(0, int)
+        if near.size:
+            assert self._tree_ood is not None
             d_ood, _ = self._tree_ood.query(
-                Q, k=1, p=self._p, distance_upper_bound=eps, workers=self.workers
+                Q[near], k=1, p=self._p, distance_upper_bound=eps, workers=self.workers
             )
-            score -= np.minimum(d_ood, eps) / eps
+            score -= 1.0
+            score[near] += 1.0 - np.minimum(d_ood, eps) / eps
         else:
             score -= 1.0
         return score
@@ -144,13 +176,14 @@ class _EpsilonDetector(OODDetector):
         return ((n_id == 0) | (n_ood >= n_id)).astype(np.int8)
 
     def _learned(self) -> dict[str, Any]:
-        return {"epsilon_": self.epsilon_}
+        return {"epsilon_": self.epsilon_, "n_ood_seen_": self.n_ood_seen_}
 
     def _arrays(self) -> dict[str, np.ndarray]:
         return {"scale": self.scale_, "id_points": self.id_points_, "ood_points": self.ood_points_}
 
     def _restore(self, learned: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
         self.epsilon_ = float(learned["epsilon_"])
+        self.n_ood_seen_ = int(learned["n_ood_seen_"])
         self.scale_ = require_array(arrays, "scale", 1).astype(np.float64)
         self.id_points_ = np.ascontiguousarray(require_array(arrays, "id_points", 2))
         self.ood_points_ = np.ascontiguousarray(require_array(arrays, "ood_points", 2))
@@ -174,6 +207,8 @@ class EpsilonBall(_EpsilonDetector):
         Radius in PC units; None picks the ``quantile`` of the ID training points'
         leave-one-out nearest-neighbour distances.
     quantile : float
+    score_cap : float or None
+        Bound, in units of epsilon (>= 3), of the distance term of the score.
     workers : int
         Threads for the KD-tree queries (-1: all cores).
     """
@@ -202,6 +237,7 @@ class EpsilonRect(_EpsilonDetector):
         the ID training points, with the common factor chosen like ``epsilon`` (the
         ``quantile`` of leave-one-out neighbour distances in the scaled space).
     quantile : float
+    score_cap : float or None
     workers : int
 
     Attributes
@@ -216,10 +252,12 @@ class EpsilonRect(_EpsilonDetector):
         half_widths: list[float] | None = None,
         *,
         quantile: float = 0.95,
+        score_cap: float | None = 4.0,
         workers: int = 1,
     ):
         self.half_widths = half_widths
         self.quantile = quantile
+        self.score_cap = score_cap
         self.workers = workers
 
     def _fixed_epsilon(self) -> float | None:

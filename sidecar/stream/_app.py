@@ -9,9 +9,10 @@ that pair; the same query scored again by the same model gets the same decision)
 How the batch is kept from being acked early: faust's ``stream.take_events`` acks every
 event of a batch when the next batch is requested, even when the body raised. Each
 event's message is therefore *held* (one extra reference) while its batch is in flight
-and released only after :meth:`Publisher.publish` returned; take's own ack then is the
-final one. A batch that failed keeps its hold, so its offsets are never committed and the
-records come back after a restart or a rebalance.
+and released (acked) only after :meth:`Publisher.publish` returned; whichever ack comes
+last is the final one. A batch that failed keeps its hold, so its offsets are never
+committed and the records come back after a restart or a rebalance. The hold also lets
+the publishing of one batch overlap the encoding of the next.
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ class Runtime:
         self.next_offset: dict[tuple[str, int], int] = {}
         self.batches = 0
         self.encoder_warm = False
+        self._inflight: asyncio.Future[None] | None = None
 
     async def warm_up(self) -> None:
         """Run the encoder once at full batch size: torch's first call is slow."""
@@ -93,10 +95,14 @@ class Runtime:
             log.warning("no initial model load after %.0f s; serving with fail_mode", timeout_s)
 
     async def handle(self, events: Sequence[Any]) -> None:
-        """Score and publish one batch of faust events, then release their holds."""
-        assert self.publisher is not None
+        """Score one batch of faust events and start publishing it.
+
+        Publishing overlaps the scoring of the next batch; at most one batch is in flight
+        (its delivery is awaited before the next one starts, which keeps verdicts in
+        order and re-raises a delivery failure here).
+        """
         for ev in events:
-            ev.message.incref()  # hold: take_events' ack must not be the final one yet
+            ev.message.incref()  # hold: take_events' ack must not be the final one
         raws = [
             Raw(
                 value=ev.message.value,
@@ -108,6 +114,17 @@ class Runtime:
             for ev in events
         ]
         outcome = await self.scorer.score(raws)
+        await self.drain()
+        self._inflight = asyncio.ensure_future(self._publish(events, raws, outcome))
+
+    async def drain(self) -> None:
+        """Wait for the batch in flight (re-raises its delivery failure)."""
+        inflight, self._inflight = self._inflight, None
+        if inflight is not None:
+            await inflight
+
+    async def _publish(self, events: Sequence[Any], raws: list[Raw], outcome: Any) -> None:
+        assert self.publisher is not None
         t0 = time.perf_counter()
         try:
             await self.publisher.publish(outcome)
@@ -117,7 +134,9 @@ class Runtime:
             raise
         outcome.timings["produce"] = time.perf_counter() - t0
         for ev in events:
-            ev.message.decref()  # release the hold; take_events' ack is now the final one
+            # Release the hold. Whichever of this and take_events' own ack comes last is
+            # the final ack that marks the offset committable.
+            ev.ack()
         for r in raws:
             key = (r.topic, r.partition)
             self.next_offset[key] = max(self.next_offset.get(key, 0), r.offset + 1)
@@ -165,6 +184,7 @@ def create_app(
 
         encoder = SentenceTransformerEncoder(sc.encoder, device=sc.device)
     holder = holder if holder is not None else ModelHolder(sc.kbs)
+    owns_store = store is None
     store = store if store is not None else open_async_store(settings)
     watcher = ModelWatcher(
         store,
@@ -239,7 +259,7 @@ def create_app(
             await rt.handle(events)
 
     app.agent(queries, name="sidecar.score", concurrency=1)(score)
-    app.service(cast(Any, _watcher_service(rt)))
+    app.service(cast(Any, _watcher_service(rt, close_store=owns_store)))
     register_views(app, rt)
 
     if settings.explain.enabled:
@@ -253,7 +273,7 @@ def create_app(
     return app
 
 
-def _watcher_service(rt: Runtime) -> Any:
+def _watcher_service(rt: Runtime, *, close_store: bool) -> Any:
     """A mode service that runs the model watcher for as long as the app runs."""
     import mode
 
@@ -268,6 +288,8 @@ def _watcher_service(rt: Runtime) -> Any:
 
         async def on_stop(self) -> None:
             await rt.watcher.stop()
+            if close_store:
+                await rt.store.close()
 
     return ModelWatcherService()
 

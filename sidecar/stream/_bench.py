@@ -9,7 +9,8 @@ Phases (each measured from this process, which produces and consumes):
    same texts in batches of ``batch_max`` (no Kafka, no Redis): the ceiling.
 
 Latency is the query's ``ts`` (set when it is produced) to the moment its verdict is
-read back here, so it includes both broker hops.
+read back here, so it includes both broker hops; ``worker_latency_ms_*`` is the verdicts'
+own ``latency_ms`` (the query record's timestamp to the verdict handed to the producer).
 """
 
 from __future__ import annotations
@@ -113,6 +114,7 @@ async def _run_phase(
     ids = {f"{prefix}-{i}" for i in range(len(texts))}
     received: dict[str, float] = {}
     latencies: list[float] = []
+    in_worker: list[float] = []  # the verdict's own latency_ms: record timestamp to produce
     done = asyncio.Event()
 
     async def consume() -> None:
@@ -125,6 +127,8 @@ async def _run_phase(
                     if qid in ids and qid not in received:
                         received[qid] = now
                         latencies.append(now - sent_ts[qid])
+                        if doc.get("latency_ms") is not None:
+                            in_worker.append(float(doc["latency_ms"]))
                         if progress:
                             progress(1)
         done.set()
@@ -160,6 +164,8 @@ async def _run_phase(
         "throughput_qps": round(len(texts) / elapsed, 2),
         "latency_ms_p50": round(percentile(latencies, 0.5), 2),
         "latency_ms_p99": round(percentile(latencies, 0.99), 2),
+        "worker_latency_ms_p50": round(percentile(in_worker, 0.5), 2),
+        "worker_latency_ms_p99": round(percentile(in_worker, 0.99), 2),
     }
 
 
@@ -192,18 +198,50 @@ def encoder_only_qps(texts: list[str], batch_size: int, *, encoder: str, repeats
 def measure_encoder(
     texts: list[str], batch_size: int, encoder_name: str, repeats: int
 ) -> dict[str, Any]:
-    """Body of ``sidecar bench e2e-encoder``: embed ``texts`` in batches, best of ``repeats``."""
+    """Body of ``sidecar bench e2e-encoder``: embed ``texts`` in batches, best of ``repeats``.
+
+    The batches are encoded in a worker thread (``asyncio.to_thread``), exactly as the
+    worker calls the encoder: torch's intra-op threading differs between the main thread
+    and other threads, and on a busy machine that alone changes throughput by 2x.
+    """
     from sidecar.scoring import SentenceTransformerEncoder
 
     enc = SentenceTransformerEncoder(encoder_name)
-    enc.encode(texts[:batch_size], batch_size=batch_size)  # warm-up, as the worker does
-    best = 0.0
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for i in range(0, len(texts), batch_size):
-            enc.encode(texts[i : i + batch_size], batch_size=batch_size)
-        best = max(best, len(texts) / (time.perf_counter() - t0))
-    return {"encoder_only_qps": round(best, 2), "queries": len(texts), "batch_size": batch_size}
+
+    async def run() -> float:
+        texts_warm = texts[:batch_size]
+        await asyncio.to_thread(enc.encode, texts_warm, batch_size=batch_size)  # as the worker
+        best = 0.0
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for i in range(0, len(texts), batch_size):
+                chunk = texts[i : i + batch_size]
+                await asyncio.to_thread(enc.encode, chunk, batch_size=batch_size)
+            best = max(best, len(texts) / (time.perf_counter() - t0))
+        return best
+
+    qps = asyncio.run(run())
+    return {
+        "encoder_only_qps": round(qps, 2),
+        "queries": len(texts),
+        "batch_size": batch_size,
+        "calling_thread": "asyncio.to_thread (as in the worker)",
+    }
+
+
+def _split(
+    before: dict[str, float], after: dict[str, float]
+) -> tuple[dict[str, float], float, float]:
+    """Per-query ms in each stage between two scrapes; also the records and batches."""
+    n = after.get("sidecar_records_total", 0.0) - before.get("sidecar_records_total", 0.0)
+    b0, b1 = before.get("sidecar_batch_size_count", 0.0), after.get("sidecar_batch_size_count", 0.0)
+    split = {
+        s: round(
+            1000.0 * (after.get(f"stage_{s}", 0.0) - before.get(f"stage_{s}", 0.0)) / max(n, 1.0), 4
+        )
+        for s in ("decode", "encode", "detect", "produce")
+    }
+    return split, n, b1 - b0
 
 
 def run_e2e(
@@ -286,6 +324,7 @@ def run_e2e(
             n_half = min(half_rate_queries, max(50, int(rate * 30)))
             half_texts = [pool[i % len(pool)] for i in range(n_half)]
             with tqdm(total=n_half, desc=f"half rate {rate:.0f}/s", unit="q") as bar:
+                half_before = scrape(str(worker.get("/metrics")[1]))
                 half = asyncio.run(
                     _run_phase(
                         broker.bootstrap,
@@ -298,22 +337,14 @@ def run_e2e(
                         bar.update,
                     )
                 )
+            half_after = scrape(str(worker.get("/metrics")[1]))
             rss = peak_rss_mb(worker.pid) if worker.pid else None
         finally:
             worker.terminate()
     echo("measuring the encoder alone in a fresh process ...")
-    enc_qps = encoder_only_qps(texts, batch_max, encoder=settings.scoring.encoder)
-
-    n = after.get("sidecar_records_total", 0.0) - before.get("sidecar_records_total", 0.0)
-    split = {
-        s: round(
-            1000.0 * (after.get(f"stage_{s}", 0.0) - before.get(f"stage_{s}", 0.0)) / max(n, 1.0), 4
-        )
-        for s in ("decode", "encode", "detect", "produce")
-    }
-    batches = after.get("sidecar_batch_size_count", 0.0) - before.get(
-        "sidecar_batch_size_count", 0.0
-    )
+    enc_qps = encoder_only_qps(texts, batch_max, encoder=settings.scoring.encoder, repeats=2)
+    split, n, batches = _split(before, after)
+    half_split, n_half_seen, half_batches = _split(half_before, half_after)
     report.update(
         {
             "queries": queries,
@@ -325,7 +356,12 @@ def run_e2e(
             "worker_peak_rss_mb": round(rss, 1) if rss is not None else None,
             "time_split_ms_per_query": split,
             "mean_batch_size_saturation": round(n / batches, 2) if batches else None,
-            "half_rate": {"rate_qps": round(rate, 2), **half},
+            "half_rate": {
+                "rate_qps": round(rate, 2),
+                **half,
+                "time_split_ms_per_query": half_split,
+                "mean_batch_size": round(n_half_seen / half_batches, 2) if half_batches else None,
+            },
             "load_average_1_5_15_start": [round(x, 2) for x in load_start],
             "load_average_1_5_15_end": [round(x, 2) for x in os.getloadavg()],
         }

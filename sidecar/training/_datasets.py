@@ -241,15 +241,15 @@ def load_covid(data_dir: str | Path, split: str = "dev", *, folds: int = 5) -> l
                 cross_fit=folds,
             )
         ]
+    covidq = root / "covid" / "covidq_final_master_dataset.csv"
+    jailbreak = root / "adversarial" / "jailbreakhub_forbidden_question_set.csv"
+    missing = [str(p) for p in (covidq, jailbreak) if not p.is_file()]
     if "oos_test" not in clinc:
-        raise DataError(
-            f"{root / 'clinc150' / 'data_full.json'} has no 'oos_test' key "
-            "(needed for --split test)"
-        )
-    test_id = _read_csv_column(root / "covid" / "covidq_final_master_dataset.csv", "Question")
-    test_ood = [t for t, _ in clinc["oos_test"]] + _read_csv_column(
-        root / "adversarial" / "jailbreakhub_forbidden_question_set.csv", "question"
-    )
+        missing.append(f"the 'oos_test' key of {root / 'clinc150' / 'data_full.json'}")
+    if missing:
+        raise DataError(f"missing for --split test: {'; '.join(missing)}")
+    test_id = _read_csv_column(covidq, "Question")
+    test_ood = [t for t, _ in clinc["oos_test"]] + _read_csv_column(jailbreak, "question")
     return [
         KBTask(
             "covid",

@@ -70,6 +70,7 @@ class TrainConfig:
     features: tuple[str, ...] | None = None
     target_frr: float = 0.05
     seed: int = 0
+    pca_method: str = "auto"
 
 
 @dataclass
@@ -163,6 +164,7 @@ def train(
         grid=build_grid(cfg),
         seed=cfg.seed,
         target_frr=cfg.target_frr,
+        pca_method=cfg.pca_method,
     )
     step("search")
     t2 = time.perf_counter()
@@ -214,6 +216,7 @@ def build_report(
                     criterion=cfg.criterion,
                     seed=cfg.seed,
                     target_frr=cfg.target_frr,
+                    pca_method=cfg.pca_method,
                 )
             except (ConfigError, DataError) as exc:
                 notes.append(f"{det} not shown: {exc}")
@@ -238,6 +241,7 @@ def build_report(
                         criterion=crit,
                         seed=cfg.seed,
                         target_frr=cfg.target_frr,
+                        pca_method=cfg.pca_method,
                     )
                 except (ConfigError, DataError):
                     continue

@@ -96,7 +96,7 @@ def _plot_hist(path: Path, name: str, s_id: np.ndarray, s_ood: np.ndarray, thr: 
     fig, ax = plt.subplots(figsize=(6, 4))
     lo = float(min(np.min(s_id), np.min(s_ood) if len(s_ood) else np.inf))
     hi = float(max(np.max(s_id), np.max(s_ood) if len(s_ood) else -np.inf))
-    bins = np.linspace(lo, hi, 40) if hi > lo else 10
+    bins: Any = np.linspace(lo, hi, 40) if hi > lo else 10
     ax.hist(s_id, bins=bins, alpha=0.6, density=True, label=f"ID ({len(s_id)})")
     if len(s_ood):
         ax.hist(s_ood, bins=bins, alpha=0.6, density=True, label=f"OOD ({len(s_ood)})")

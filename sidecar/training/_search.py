@@ -173,6 +173,7 @@ def _fit(
     seed: int,
     target_frr: float,
     final: bool,
+    pca_method: str = "auto",
 ) -> OODModel:
     id_emb, ood_emb = splits.id_fit, splits.ood_fit
     if final and splits.has_ood and splits.ood_val is not None:
@@ -200,6 +201,7 @@ def _fit(
         seed=seed,
         detector_params=dict(cand.params),
         residual_ks=ks,
+        pca_method=pca_method,
     )
 
 
@@ -213,6 +215,7 @@ def search(
     grid: Sequence[Candidate] | None = None,
     seed: int = 0,
     target_frr: float = 0.05,
+    pca_method: str = "auto",
 ) -> SearchResult:
     """Pick ``detector``'s hyperparameters by validation AUROC, refit, calibrate.
 
@@ -240,6 +243,7 @@ def search(
                 seed=seed,
                 target_frr=target_frr,
                 final=False,
+                pca_method=pca_method,
             )
         except (ConfigError, DataError) as exc:
             log.info("candidate %s skipped: %s", cand, exc)
@@ -272,6 +276,7 @@ def search(
         seed=seed,
         target_frr=target_frr,
         final=True,
+        pca_method=pca_method,
     )
     return SearchResult(model, best_cand, None if best is None else best[0], table, best_scores)
 
@@ -288,6 +293,7 @@ def fixed_fit(
     criterion: str,
     seed: int = 0,
     target_frr: float = 0.05,
+    pca_method: str = "auto",
 ) -> OODModel:
     """Fit one candidate on fit + validation and calibrate it (no search)."""
     return _fit(
@@ -299,4 +305,5 @@ def fixed_fit(
         seed=seed,
         target_frr=target_frr,
         final=True,
+        pca_method=pca_method,
     )

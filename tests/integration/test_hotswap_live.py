@@ -22,6 +22,7 @@ from model_store import (
     DirectoryStore,
     ModelStore,
     RedisStore,
+    StoreUnavailable,
 )
 from sidecar.embedded import EmbeddedRedis
 from sidecar.hotswap import ModelHolder, ModelWatcher
@@ -269,8 +270,13 @@ async def test_redis_restart_reconnects_and_converges(
     r: Running = await run_watcher(redis_stores, poll_interval_s=0.5, backoff_max_s=0.5)
     assert _version(r.holder) == a
 
+    async_store = r.watcher.store
+    assert isinstance(async_store, AsyncRedisStore)
+    await async_store.ping()
     redis_server.stop()
     await r.holder.wait_for(lambda h: h.store_error is not None, WAIT_S)
+    with pytest.raises(StoreUnavailable):
+        await async_store.ping()
     assert _version(r.holder) == a and r.holder.ready()  # keeps serving
     assert r.holder.status()[KB]["store_reachable"] is False
 

@@ -253,3 +253,41 @@ def test_local_model_absence_is_a_clear_error() -> None:
         pytest.skip("the local model is installed here")
     with pytest.raises(ConfigError, match="pip install"):
         ex.LocalSmolLM2()
+
+
+class _TableBlackBox:
+    """A fake of the project's BlackBox protocol: answers from the kept markers."""
+
+    name = "table"
+
+    def __init__(self, fail: Exception | None = None) -> None:
+        self.fail = fail
+
+    async def complete(self, messages: list[dict[str, str]], *, seed: int) -> str:
+        if self.fail is not None:
+            raise self.fail
+        return "Morvane" if "[S1]" in messages[-1]["content"] else "no idea"
+
+    async def aclose(self) -> None:
+        return None
+
+
+def test_handler_results_and_dead_letters_without_kafka() -> None:
+    from sidecar.errors import BlackBoxError
+    from sidecar.explain._agent import BLACK_BOX_FAILED, EXPLAIN_FAILED, ExplainHandler
+
+    settings = load_settings()
+    k = settings.kafka
+    req = _req(sources=[{"id": "a", "text": "t"}, {"id": "b", "text": "u"}],
+               predicate="contains:Morvane")  # fmt: skip
+    topic, key, value = asyncio.run(
+        ExplainHandler(settings, _TableBlackBox()).handle(req, "t", 0, 5)
+    )
+    doc = json.loads(value)
+    assert (topic, key) == (k.explanations_topic, b"r1")
+    assert doc["request_id"] == "r1" and doc["rules"]["retention"] == [["a"]]
+    for exc, reason in ((BlackBoxError("down"), BLACK_BOX_FAILED), (KeyError("x"), EXPLAIN_FAILED)):
+        handler = ExplainHandler(settings, _TableBlackBox(fail=exc))
+        topic, key, value = asyncio.run(handler.handle(req, "t", 0, 6))
+        assert topic == k.dlq_topic and key is None
+        assert json.loads(value)["reason"] == reason

@@ -146,21 +146,44 @@ def _brute_dist(Q: np.ndarray, P: np.ndarray, p: float) -> np.ndarray:
 
 
 @pytest.mark.parametrize(
-    ("det", "p"), [(EpsilonBall(epsilon=0.9), 2.0), (EpsilonCube(epsilon=0.6), np.inf)]
+    ("det", "p"),
+    [(EpsilonBall(epsilon=0.9, score_cap=None), 2.0), (EpsilonCube(epsilon=0.6), np.inf)],
 )
 def test_ball_and_cube_match_brute_force(det: Any, p: float) -> None:
-    X, y = _labelled(n_id=60, n_ood=60)
+    X, y = _labelled(n_id=60, n_ood=200)
+    X_id, X_ood = X[y == 0], X[y == 1]
     det.fit(X, y)
-    Q = np.random.default_rng(5).normal(size=(80, M)) * 2.0 + np.r_[2.0, 0, 0, 0]
-    n_id, n_ood = det.neighbour_counts(Q)
+    assert det.n_ood_seen_ == 200 and 0 < len(det.ood_points_) < 200  # far OOD points dropped
+    Q = np.random.default_rng(5).normal(size=(120, M)) * 2.5 + np.r_[2.0, 0, 0, 0]
     eps = det.epsilon_
-    assert np.array_equal(n_id, _brute_counts(Q, X[y == 0], eps, p))
-    assert np.array_equal(n_ood, _brute_counts(Q, X[y == 1], eps, p))
-    assert det.predict(Q).tolist() == ((n_id == 0) | (n_ood >= n_id)).astype(int).tolist()
-    d_id, d_ood = _brute_dist(Q, X[y == 0], p), _brute_dist(Q, X[y == 1], p)
-    expected = d_id / eps - np.minimum(d_ood, eps) / eps
-    np.testing.assert_allclose(det.score_samples(Q), expected, rtol=1e-12, atol=1e-12)
-    assert 0 < det.predict(Q).sum() < len(Q)  # the example exercises both verdicts
+    # The paper's rule on ALL training points, by brute force ...
+    bf_id, bf_ood = _brute_counts(Q, X_id, eps, p), _brute_counts(Q, X_ood, eps, p)
+    rule = ((bf_id == 0) | (bf_ood >= bf_id)).astype(int)
+    assert det.predict(Q).tolist() == rule.tolist()
+    assert 0 < rule.sum() < len(Q)  # the example exercises both verdicts
+    # ... and the counts are exact wherever an ID point is within epsilon.
+    n_id, n_ood = det.neighbour_counts(Q)
+    assert np.array_equal(n_id, bf_id)
+    assert np.array_equal(n_ood[bf_id > 0], bf_ood[bf_id > 0])
+    # Score: the documented formula; exact on all points wherever an ID point is inside.
+    cap = np.inf if det.score_cap is None else det.score_cap
+    d_id = np.minimum(_brute_dist(Q, X_id, p) / eps, cap)
+    kept = d_id - np.minimum(_brute_dist(Q, det.ood_points_, p), eps) / eps
+    np.testing.assert_allclose(det.score_samples(Q), kept, rtol=1e-12, atol=1e-12)
+    full = d_id - np.minimum(_brute_dist(Q, X_ood, p), eps) / eps
+    inside = bf_id > 0
+    np.testing.assert_allclose(det.score_samples(Q)[inside], full[inside], atol=1e-12)
+    # Elsewhere dropping OOD points can only lower the score, and it stays above 0 (OOD).
+    ours = det.score_samples(Q)
+    assert (ours <= full + 1e-12).all() and (ours[~inside] > 0).all()
+
+
+def test_score_cap_bounds_the_distance_term() -> None:
+    X = np.random.default_rng(8).normal(size=(100, M))
+    det = EpsilonBall(score_cap=3.0).fit(X)
+    far = np.full((2, M), 50.0)
+    assert det.score_samples(far).tolist() == [2.0, 2.0]  # cap - 1 (no OOD point)
+    assert EpsilonBall(score_cap=None).fit(X).score_samples(far)[0] > 10
 
 
 def test_rect_is_a_scaled_chebyshev_ball() -> None:
@@ -173,7 +196,8 @@ def test_rect_is_a_scaled_chebyshev_ball() -> None:
     inside_id = (np.abs(Q[:, None, :] - X[y == 0][None]) <= hw).all(axis=2).sum(axis=1)
     inside_ood = (np.abs(Q[:, None, :] - X[y == 1][None]) <= hw).all(axis=2).sum(axis=1)
     n_id, n_ood = det.neighbour_counts(Q)
-    assert np.array_equal(n_id, inside_id) and np.array_equal(n_ood, inside_ood)
+    assert np.array_equal(n_id, inside_id)
+    assert np.array_equal(n_ood[n_id > 0], inside_ood[n_id > 0])
     # ... which is the Chebyshev ball of radius 1 after dividing each axis by hw.
     assert np.array_equal(n_id, _brute_counts(Q / hw, X[y == 0] / hw, 1.0, np.inf))
 

@@ -264,4 +264,5 @@ def test_batch_of_one_matches_the_batch() -> None:
     model = _model("combined")
     E = _data()["test"]
     one = np.array([model.score(E[i])[0] for i in range(len(E))])
-    np.testing.assert_allclose(one, model.score(E), rtol=1e-9, atol=1e-12)
+    # float32 max-cosine: BLAS kernels differ by batch size, within float32 rounding.
+    np.testing.assert_allclose(one, model.score(E), rtol=1e-5, atol=1e-6)

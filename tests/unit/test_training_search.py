@@ -115,3 +115,18 @@ def test_supervised_detector_without_ood_is_refused() -> None:
         search(s, "logreg", kb_name="t", encoder={"name": "fake", "dim": DIM})
     res = search(s, "residual", kb_name="t", encoder={"name": "fake", "dim": DIM})
     assert res.val_auroc is None and np.isfinite(res.model.threshold)
+
+
+def test_train_grid_follows_m_options() -> None:
+    from sidecar.training._job import TrainConfig, build_grid, parse_m_range
+
+    assert parse_m_range("8:32") == (8, 32)
+    with pytest.raises(ConfigError):
+        parse_m_range("32:8")
+    fixed = build_grid(TrainConfig(detector="logreg", m=7))
+    assert {c.m for c in fixed} == {7} and {c.params["C"] for c in fixed} == {0.1, 1.0}
+    spread = build_grid(
+        TrainConfig(detector="combined", m_range=(8, 24), features=("pcs", "residual"))
+    )
+    assert {c.m for c in spread} == {8, 12, 16, 20, 24}
+    assert all(c.params["features"] == ["pcs", "residual"] for c in spread)

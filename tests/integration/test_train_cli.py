@@ -1,0 +1,132 @@
+"""``sidecar train`` end to end through click's CliRunner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from model_store import DirectoryStore, load_dir
+from sidecar.cli import main
+from sidecar.scoring import OODModel
+
+DIM = 32
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+@pytest.fixture
+def embeddings(tmp_path: Path) -> dict[str, Path]:
+    rng = np.random.default_rng(0)
+    basis = rng.normal(size=(6, DIM))
+
+    def id_like(n: int) -> np.ndarray:
+        return _unit(rng.normal(size=(n, 6)) @ basis + 0.5 * rng.normal(size=(n, DIM)))
+
+    paths = {}
+    for name, arr in (
+        ("kb", id_like(120)),
+        ("id", id_like(90)),
+        ("ood", _unit(rng.normal(size=(90, DIM)))),
+    ):
+        paths[name] = tmp_path / f"{name}.npy"
+        np.save(paths[name], arr)
+    return paths
+
+
+def test_train_on_embeddings_publishes_to_directory_store(
+    tmp_path: Path, embeddings: dict[str, Path]
+) -> None:
+    out, store_dir = tmp_path / "model", tmp_path / "store"
+    res = CliRunner().invoke(
+        main,
+        [
+            "train",
+            "--kb-embeddings",
+            str(embeddings["kb"]),
+            "--id-embeddings",
+            str(embeddings["id"]),
+            "--ood-embeddings",
+            str(embeddings["ood"]),
+            "--kb-name",
+            "synthetic",
+            "--m",
+            "4",
+            "--features",
+            "pcs,residual",
+            "--out",
+            str(out),
+            "--no-progress",
+            "--publish",
+            "--store-backend",
+            "directory",
+            "--store-dir",
+            str(store_dir),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    model = OODModel.from_artifact(load_dir(out))
+    assert model.kb == "synthetic" and model.m == 4 and model.dims <= 32
+    assert (out / "report" / "report.md").is_file() and (out / "report" / "roc.png").is_file()
+    store = DirectoryStore(store_dir)
+    assert store.active("synthetic") == load_dir(out).version
+    far = _unit(np.random.default_rng(5).normal(size=(20, DIM)))
+    near = np.load(embeddings["kb"])[:20]
+    assert np.median(model.score(far)) > np.median(model.score(near))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--kb", "/nonexistent/kb.jsonl", "--id-queries", "/nonexistent/q.jsonl"],
+        ["--kb-embeddings", "/nonexistent/kb.npy", "--id-embeddings", "/nonexistent/q.npy"],
+    ],
+)
+def test_bad_path_is_one_error_line(tmp_path: Path, args: list[str]) -> None:
+    res = CliRunner().invoke(main, ["train", *args, "--out", str(tmp_path / "m")])
+    assert res.exit_code == 2
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and "/nonexistent/" in lines[0]
+    assert "Traceback" not in res.output
+
+
+@pytest.mark.slow
+def test_train_demo_kb_end_to_end(tmp_path: Path) -> None:
+    """`sidecar train --out DIR` on the built-in demo KB with the real encoder."""
+    from sidecar.scoring import SentenceTransformerEncoder
+
+    out = tmp_path / "demo"
+    res = CliRunner().invoke(
+        main,
+        [
+            "train",
+            "--out",
+            str(out),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--no-progress",
+            "--m",
+            "13",
+            "--features",
+            "pcs,residual",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    assert (out / "report" / "report.md").is_file()
+    model = OODModel.from_artifact(
+        load_dir(out, expected_encoder={"name": "all-MiniLM-L6-v2", "dim": 384})
+    )
+    enc = SentenceTransformerEncoder()
+    e = enc.encode(
+        [
+            "Can I book a video consultation to discuss my blood test results?",
+            "Who wrote the novel War and Peace?",
+        ]
+    )
+    s_id, s_ood = model.score(e)
+    assert s_ood > s_id
+    assert model.predict(e[1:])[0]

@@ -22,7 +22,6 @@ One holder per process, created by the app factory; there is no module-level mod
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import random
@@ -238,12 +237,14 @@ class ModelWatcher:
     _lock: asyncio.Lock | None = field(default=None, init=False, repr=False)
     _rejected: dict[str, str] = field(default_factory=dict, init=False, repr=False)
     _after: dict[str, str] | None = field(default=None, init=False, repr=False)
+    _stopping: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.encoder = {"name": str(self.encoder["name"]), "dim": int(self.encoder["dim"])}
 
     async def start(self) -> None:
         """Load each KB's active version, then watch events and poll in the background."""
+        self._stopping = False
         try:
             await self._resubscribe()
         except StoreUnavailable as exc:
@@ -255,12 +256,18 @@ class ModelWatcher:
         ]
 
     async def stop(self) -> None:
+        """Stop the background tasks (the holder keeps its models)."""
+        # The flag ends the loops even where a client library turned the cancellation
+        # into a connection error that the loop then handled.
+        self._stopping = True
         tasks, self._tasks = self._tasks, []
         for t in tasks:
             t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+        while tasks:
+            _, pending = await asyncio.wait(tasks, timeout=1.0)
+            for t in pending:
+                t.cancel()
+            tasks = list(pending)
 
     async def sync(self, kbs: Sequence[str] | None = None) -> None:
         """Compare active pointers with the holder and swap where they differ.
@@ -343,7 +350,7 @@ class ModelWatcher:
 
     async def _event_loop(self) -> None:
         backoff = 0.05
-        while True:
+        while not self._stopping:
             try:
                 if self._after is None:
                     await self._resubscribe()
@@ -372,7 +379,7 @@ class ModelWatcher:
                 backoff = min(backoff * 2, self.backoff_max_s)
 
     async def _poll_loop(self) -> None:
-        while True:
+        while not self._stopping:
             await asyncio.sleep(self.poll_interval_s)
             try:
                 await self.sync()

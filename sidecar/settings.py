@@ -66,7 +66,9 @@ class StoreSettings(_Section):
     backend: Literal["redis", "directory"] = "redis"
     directory: Path = Path("./model-store")
     hmac_key: SecretStr | None = Field(None, description="sign on publish, require on load")
-    retention: int = Field(10, ge=2, description="versions kept per KB (active and previous always)")
+    retention: int = Field(
+        10, ge=2, description="versions kept per KB (active and previous always)"
+    )
     chunk_bytes: int = Field(4 * 1024 * 1024, ge=64 * 1024, le=256 * 1024 * 1024)
     poll_interval_s: float = Field(5.0, gt=0, description="active-pointer safety-net poll")
 

@@ -13,6 +13,7 @@ import json
 import os
 import platform
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -46,8 +47,10 @@ def _timeit(fn: Callable[[], Any], *, repeats: int, min_time: float = 0.02) -> f
     return float(np.median(runs))
 
 
-def _us_per_query(fn: Callable[[np.ndarray], Any], X: np.ndarray, repeats: int) -> float:
-    return 1e6 * _timeit(lambda: fn(X), repeats=repeats) / X.shape[0]
+def _us_per_query(
+    fn: Callable[[np.ndarray], Any], X: np.ndarray, repeats: int, min_time: float
+) -> float:
+    return 1e6 * _timeit(lambda: fn(X), repeats=repeats, min_time=min_time) / X.shape[0]
 
 
 def _synthetic(n_kb: int, n_id: int, n_ood: int, n_test: int, seed: int) -> dict[str, np.ndarray]:
@@ -95,7 +98,12 @@ def _machine() -> dict[str, Any]:
 
 
 def _bench_models(
-    data: dict[str, np.ndarray], m: int, repeats: int, kinds: list[str], progress: Any
+    data: dict[str, np.ndarray],
+    m: int,
+    repeats: int,
+    min_time: float,
+    kinds: list[str],
+    progress: Any,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     from sidecar.scoring import fit_ood_model
 
@@ -119,10 +127,10 @@ def _bench_models(
         X256, X1 = model.features(q256), model.features(q1)
         det = model.detector
         out[kind] = {
-            "us_per_query_batch1": _us_per_query(det.score_samples, X1, repeats),
-            "us_per_query_batch256": _us_per_query(det.score_samples, X256, repeats),
-            "model_us_per_query_batch1": _us_per_query(model.score, q1, repeats),
-            "model_us_per_query_batch256": _us_per_query(model.score, q256, repeats),
+            "us_per_query_batch1": _us_per_query(det.score_samples, X1, repeats, min_time),
+            "us_per_query_batch256": _us_per_query(det.score_samples, X256, repeats, min_time),
+            "model_us_per_query_batch1": _us_per_query(model.score, q1, repeats, min_time),
+            "model_us_per_query_batch256": _us_per_query(model.score, q256, repeats, min_time),
             "dims": model.dims,
             "inputs": list(det.inputs),
             "fit_s": fit_s,
@@ -153,26 +161,35 @@ def _python_loop_ball(points: np.ndarray, labels: np.ndarray, eps: float, Q: np.
     return verdicts
 
 
-def _references(model: Any, test: np.ndarray, repeats: int) -> dict[str, Any]:
+def _references(model: Any, test: np.ndarray, repeats: int, min_time: float) -> dict[str, Any]:
     from sklearn.neighbors import RadiusNeighborsClassifier
 
     det = model.detector
     pts = np.vstack([det.id_points_, det.ood_points_])
     lab = np.r_[np.zeros(len(det.id_points_), int), np.ones(len(det.ood_points_), int)]
     rnc = RadiusNeighborsClassifier(radius=det.epsilon_, outlier_label=1).fit(pts, lab)
+    predict = rnc.predict
+
+    def rnc_predict(X: np.ndarray) -> np.ndarray:
+        with warnings.catch_warnings():  # sklearn warns about its outlier label each call
+            warnings.simplefilter("ignore", UserWarning)
+            return np.asarray(predict(X))
+
     X256, X1 = model.features(test[:256]), model.features(test[:1])
     X16 = model.features(test[:16])
-    loop_s = _timeit(lambda: _python_loop_ball(pts, lab, det.epsilon_, X16), repeats=3)
-    ours = _us_per_query(det.predict, X256, repeats)
-    ref256 = _us_per_query(rnc.predict, X256, repeats)
-    agree = float(np.mean(rnc.predict(X256) == det.predict(X256)))
+    loop_s = _timeit(
+        lambda: _python_loop_ball(pts, lab, det.epsilon_, X16), repeats=3, min_time=min_time
+    )
+    ours = _us_per_query(det.predict, X256, repeats, min_time)
+    ref256 = _us_per_query(rnc_predict, X256, repeats, min_time)
+    agree = float(np.mean(rnc_predict(X256) == det.predict(X256)))
     return {
         "epsilon_ball_predict_kdtree": {
-            "us_per_query_batch1": _us_per_query(det.predict, X1, repeats),
+            "us_per_query_batch1": _us_per_query(det.predict, X1, repeats, min_time),
             "us_per_query_batch256": ours,
         },
         "sklearn_RadiusNeighborsClassifier": {
-            "us_per_query_batch1": _us_per_query(rnc.predict, X1, repeats),
+            "us_per_query_batch1": _us_per_query(rnc_predict, X1, repeats, min_time),
             "us_per_query_batch256": ref256,
             "verdict_agreement_with_epsilon_ball": agree,
             "note": "majority vote, no neighbour -> OOD; ties may differ (ours: tie -> OOD)",
@@ -184,7 +201,12 @@ def _references(model: Any, test: np.ndarray, repeats: int) -> dict[str, Any]:
 
 
 def _scale(
-    m_values: list[int], n_values: list[int], repeats: int, seed: int, progress: Any
+    m_values: list[int],
+    n_values: list[int],
+    repeats: int,
+    min_time: float,
+    seed: int,
+    progress: Any,
 ) -> dict[str, Any]:
     """Cost of the geometric detectors vs number of training points and vs m."""
     from sidecar.scoring import EpsilonBall, EpsilonCube, EpsilonRect, LogRegDetector
@@ -219,9 +241,9 @@ def _scale(
             fit_s = time.perf_counter() - t0
             by_n.setdefault(name, {})[str(n)] = {
                 "fit_s": fit_s,
-                "us_per_query_batch1": _us_per_query(det.score_samples, Q[:1], repeats),
-                "us_per_query_batch256": _us_per_query(det.score_samples, Q, repeats),
-                "predict_us_per_query_batch256": _us_per_query(det.predict, Q, repeats),
+                "us_per_query_batch1": _us_per_query(det.score_samples, Q[:1], repeats, min_time),
+                "us_per_query_batch256": _us_per_query(det.score_samples, Q, repeats, min_time),
+                "predict_us_per_query_batch256": _us_per_query(det.predict, Q, repeats, min_time),
             }
             progress.update(1)
     by_m: dict[str, Any] = {}
@@ -231,7 +253,7 @@ def _scale(
         for name, cls in {**classes, "logreg": LogRegDetector}.items():
             det = cls().fit(X, y)
             by_m.setdefault(name, {})[str(m)] = {
-                "us_per_query_batch256": _us_per_query(det.score_samples, Q, repeats),
+                "us_per_query_batch256": _us_per_query(det.score_samples, Q, repeats, min_time),
             }
             progress.update(1)
     return {"by_n_train": by_n, "by_m": {"n_train": n_fixed, **by_m}, "m_for_by_n_train": 13}
@@ -253,6 +275,9 @@ def _scale(
     help="ID and OOD training queries each (also the KB size).",
 )
 @click.option("--repeats", default=7, show_default=True, help="Timed runs per figure.")
+@click.option(
+    "--min-time", default=0.02, show_default=True, help="Seconds each timed run lasts at least."
+)
 @click.option(
     "--scale-n",
     default="1000,10000,100000",
@@ -279,6 +304,7 @@ def detectors_cmd(
     m: int,
     n_train: int,
     repeats: int,
+    min_time: float,
     scale_n: str,
     scale_m: str,
     only: str,
@@ -313,14 +339,14 @@ def detectors_cmd(
     limits = threadpool_limits(blas_threads, user_api="blas") if blas_threads > 0 else None
     machine["blas_threads"] = blas_threads or "default"
     with tqdm(total=total, unit="step") as progress:
-        results, models = _bench_models(data, m, repeats, kinds, progress)
+        results, models = _bench_models(data, m, repeats, min_time, kinds, progress)
         reference = (
-            _references(models["epsilon_ball"], data["test"], repeats)
+            _references(models["epsilon_ball"], data["test"], repeats, min_time)
             if "epsilon_ball" in models
             else {}
         )
         progress.set_description("scaling")
-        scale = _scale(ms, ns, repeats, seed, progress)
+        scale = _scale(ms, ns, repeats, min_time, seed, progress)
     if limits is not None:
         limits.restore_original_limits()
     report = {
@@ -335,6 +361,7 @@ def detectors_cmd(
             "n_ood_train": n_train,
             "dim": _DIM,
             "repeats": repeats,
+            "min_time_s": min_time,
             "seed": seed,
             "timing": "median over repeats of an auto-sized loop; us per query = call time"
             " / batch size; 'us_per_query_*' = detector on its own input, "

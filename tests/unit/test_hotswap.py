@@ -197,3 +197,32 @@ async def test_watcher_survives_a_store_outage_at_start() -> None:
         await holder.wait_for(lambda h: h.ready() and h.store_error is None, 5)
     finally:
         await w.stop()
+
+
+class SwallowingStore(FakeStore):
+    """A client that turns cancellation into a connection error (some drivers do)."""
+
+    async def wait_events(self, after: Mapping[str, str], timeout_s: float) -> Sequence[StoreEvent]:
+        try:
+            await asyncio.sleep(timeout_s)
+        except asyncio.CancelledError:
+            raise StoreUnavailable("connection closed while reading") from None
+        return []
+
+
+async def test_stop_ends_even_when_the_client_swallows_cancellation() -> None:
+    store, holder = SwallowingStore(), ModelHolder(["kb"])
+    store.promote(artifact(1))
+    w = ModelWatcher(
+        store,
+        holder,
+        encoder=ENC,
+        loader=FakeModel,
+        poll_interval_s=60,
+        event_wait_s=10.0,
+        backoff_max_s=0.05,
+    )
+    await w.start()
+    async with asyncio.timeout(5):
+        await w.stop()
+    assert holder.ready()  # stopping keeps the models

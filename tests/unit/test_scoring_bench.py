@@ -1,0 +1,50 @@
+"""``sidecar bench detectors`` writes the documented JSON shape (tiny run)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from sidecar.cli import main
+
+
+def test_bench_detectors_json_shape(tmp_path: Path) -> None:
+    out = tmp_path / "detectors.json"
+    result = CliRunner().invoke(
+        main,
+        [
+            "bench",
+            "detectors",
+            "--json",
+            str(out),
+            "--n-train",
+            "150",
+            "--repeats",
+            "1",
+            "--scale-n",
+            "300",
+            "--scale-m",
+            "8",
+            "--detectors",
+            "epsilon_ball,residual",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    assert set(doc["detectors"]) == {"epsilon_ball", "residual"}
+    for row in doc["detectors"].values():
+        assert row["us_per_query_batch1"] > 0 and row["us_per_query_batch256"] > 0
+    assert doc["reference"]["sklearn_RadiusNeighborsClassifier"]["us_per_query_batch256"] > 0
+    assert set(doc["scale"]["by_n_train"]["epsilon_cube"]) == {"300"}
+    assert set(doc["scale"]["by_m"]["logreg"]) == {"8"}
+    assert doc["machine"]["cpu_count"] >= 1
+
+
+def test_unknown_detector_is_one_error_line(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        main, ["bench", "detectors", "--json", str(tmp_path / "x.json"), "--detectors", "nope"]
+    )
+    assert result.exit_code == 2
+    assert "unknown detectors: nope" in result.output

@@ -63,6 +63,14 @@ from sidecar.cli._root import main
     type=float,
     help="False-reject rate the threshold is calibrated to.",
 )
+@click.option(
+    "--threshold-rule",
+    default="frr",
+    show_default=True,
+    type=click.Choice(["frr", "balanced"]),
+    help="frr: conformal quantile for --target-frr on held-out ID queries; balanced: best "
+    "balanced accuracy on held-out ID + OOD training queries (supervised detectors).",
+)
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option(
     "--cache-dir",
@@ -100,6 +108,7 @@ def eval_command(
     encoder: str | None,
     criterion: str,
     target_frr: float,
+    threshold_rule: str,
     seed: int,
     cache_dir: Path | None,
     blas_threads: int,
@@ -158,6 +167,7 @@ def eval_command(
             seed=seed,
             target_frr=target_frr,
             progress=not no_progress,
+            threshold_rule=threshold_rule,
         )
     report["subsample"] = caps or None
     json_out.parent.mkdir(parents=True, exist_ok=True)

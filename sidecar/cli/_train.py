@@ -70,6 +70,14 @@ _PATH = click.Path(path_type=Path)
     type=click.FloatRange(0, 1, min_open=True, max_open=True),
     help="False-reject rate the threshold targets.",
 )
+@click.option(
+    "--threshold-rule",
+    default="frr",
+    show_default=True,
+    type=click.Choice(["frr", "balanced"]),
+    help="frr: conformal quantile for --target-frr on held-out ID queries; balanced: best "
+    "balanced accuracy on held-out ID + OOD queries (needs OOD queries).",
+)
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of splits and fits.")
 @click.option("--out", required=True, type=_PATH, help="Artifact directory to write.")
 @click.option("--report", "report_dir", type=_PATH, help="Report directory [default: OUT/report].")
@@ -151,6 +159,7 @@ def train_command(**opts: Any) -> None:
         target_frr=opts["target_frr"],
         seed=opts["seed"],
         pca_method=opts["pca_method"],
+        threshold_rule=opts["threshold_rule"],
     )
     # Inputs first (with their own encoding bar): a bad path fails before any other output.
     inputs, embed_s = load_inputs(opts, settings, progress=progress)

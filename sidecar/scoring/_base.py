@@ -29,7 +29,7 @@ from sidecar.errors import DataError, NotFittedError
 #   "residual"   (n, r)  norm of the query residual outside the top-k PCs, one column per k
 #   "max_cosine" (n, 1)  1 - max cosine similarity to any KB embedding (full space)
 #   "full"       (n, d)  the embedding itself
-INPUT_BLOCKS = ("pcs", "residual", "max_cosine", "full")
+INPUT_BLOCKS = ("pcs", "residual", "max_cosine", "knn", "neighbours", "full")
 
 _REGISTRY: dict[str, type[OODDetector]] = {}
 _D = TypeVar("_D", bound="type[OODDetector]")

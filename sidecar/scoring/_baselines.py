@@ -61,6 +61,37 @@ def top_cosines(Q: np.ndarray, K: np.ndarray, k: int) -> np.ndarray:
     return out
 
 
+def top_k_cosines(
+    Q: np.ndarray, K: np.ndarray, ks: tuple[int, ...], *, skip_above: float | None = None
+) -> np.ndarray:
+    """The ``k``-th largest cosine of each row of ``Q`` against unit rows ``K``, per ``k``.
+
+    Parameters
+    ----------
+    Q : ndarray of shape (n, d), unit rows
+    K : ndarray of shape (n_kb, d), unit rows
+    ks : tuple of int, each 1 <= k <= n_kb
+    skip_above : float, optional
+        Cosines at or above this (exact duplicates) count as -1.
+
+    Returns
+    -------
+    ndarray of shape (n, len(ks)), float64
+    """
+    n, k_max = Q.shape[0], max(ks)
+    out = np.empty((n, len(ks)), dtype=np.float64)
+    step = max(1, _SIM_CELLS // max(K.shape[0], 1))
+    cols = [k - 1 for k in ks]
+    for start in range(0, n, step):
+        S = Q[start : start + step] @ K.T
+        if skip_above is not None:
+            S[np.greater_equal(S, skip_above)] = -1.0
+        top = -np.partition(-S, k_max - 1, axis=1)[:, :k_max] if k_max < S.shape[1] else S
+        top = -np.sort(-top, axis=1)
+        out[start : start + step] = top[:, cols]
+    return out
+
+
 def _train_sample(n: int, seed: int) -> np.ndarray:
     if n <= _OFFSET_SAMPLE:
         return np.arange(n)

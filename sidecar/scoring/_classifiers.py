@@ -114,30 +114,40 @@ class LogRegDetector(OODDetector):
 
 @register("combined")
 class CombinedDetector(LogRegDetector):
-    """Logistic regression over [selected PCs, residual norm(s), optional max-cosine].
+    """Logistic regression over [selected PCs, residual norm(s), optional max-cosine / kNN].
 
     The product default. The model builds its input from ``features`` (blocks
-    ``"pcs"``, ``"residual"``, ``"max_cosine"``, in that order), so adding a feature is
-    a parameter, not new code.
+    ``"pcs"``, ``"residual"``, ``"max_cosine"``, ``"knn"``, in that order), so adding a
+    feature is a parameter, not new code.
 
     Parameters
     ----------
     C : float
         Inverse regularisation strength.
     features : sequence of str
-        Input blocks, a subset of ``("pcs", "residual", "max_cosine")``. On CLINC150 dev
-        (MiniLM, m=30, k=128) the max-cosine feature adds ~0.002 mean AUROC.
+        Input blocks, a subset of ``("pcs", "residual", "max_cosine", "knn")``. On CLINC150
+        dev (MiniLM, m=30, k=128) the max-cosine feature adds ~0.002 mean AUROC.
+    knn_ks : tuple of int
+        For the ``"knn"`` block: one column per k, 1 - cosine of the k-th nearest KB
+        document (full embedding space).
+    neighbour_ks : tuple of int
+        For the ``"neighbours"`` block: 1 - cosine of the k-th nearest labelled ID training
+        query and of the k-th nearest OOD training query, per k (exact duplicates,
+        cosine >= 0.9999, are skipped, at fit and at inference alike, so a training query
+        is not its own neighbour). The banks are set by :meth:`set_banks` before fitting.
     class_weight, standardize, max_iter, random_state
         As :class:`LogRegDetector`.
     """
 
-    _ALLOWED = ("pcs", "residual", "max_cosine")
+    _ALLOWED = ("pcs", "residual", "max_cosine", "knn", "neighbours")
 
     def __init__(
         self,
         C: float = 1.0,
         *,
         features: tuple[str, ...] | list[str] = ("pcs", "residual", "max_cosine"),
+        knn_ks: tuple[int, ...] | list[int] = (5, 10),
+        neighbour_ks: tuple[int, ...] | list[int] = (1, 5),
         class_weight: str | None = "balanced",
         standardize: bool = True,
         max_iter: int = 2000,
@@ -151,6 +161,26 @@ class CombinedDetector(LogRegDetector):
             random_state=random_state,
         )
         self.features = features
+        self.knn_ks = knn_ks
+        self.neighbour_ks = neighbour_ks
+
+    def set_banks(self, id_bank: Any, ood_bank: Any) -> None:
+        """Labelled training embeddings for the ``"neighbours"`` block; (n, dim) each."""
+        self.id_bank_ = np.asarray(id_bank, dtype=np.float32)
+        self.ood_bank_ = np.asarray(ood_bank, dtype=np.float32)
+
+    def _arrays(self) -> dict[str, np.ndarray]:
+        out = super()._arrays()
+        if "neighbours" in self.inputs:
+            out.update({"id_bank": self.id_bank_, "ood_bank": self.ood_bank_})
+        return out
+
+    def _restore(self, learned: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
+        super()._restore(learned, arrays)
+        if "neighbours" in self.inputs:
+            self.set_banks(
+                require_array(arrays, "id_bank", 2), require_array(arrays, "ood_bank", 2)
+            )
 
     @property
     def inputs(self) -> tuple[str, ...]:

@@ -144,7 +144,11 @@ def fit_ood_model(
             raise ConfigError("criterion 'pvalue' needs OOD training queries; use 'evr'")
         selected = select_pvalue(sub.project(ID_fit), sub.project(OOD), m)
 
-    uses_maxcos = "max_cosine" in det.inputs
+    uses_maxcos = "max_cosine" in det.inputs or "knn" in det.inputs
+    if "neighbours" in det.inputs:
+        if OOD is None:
+            raise ConfigError("the neighbours block needs OOD training queries")
+        det.set_banks(ID_fit, OOD)
     shell = OODModel(
         kb=kb,
         encoder=enc,

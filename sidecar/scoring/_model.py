@@ -20,11 +20,20 @@ import numpy as np
 from model_store import Artifact, IncompatibleArtifact, build_artifact
 from sidecar.errors import DataError, EncoderMismatch
 from sidecar.scoring._base import INPUT_BLOCKS, OODDetector, detector_class
-from sidecar.scoring._baselines import top_cosines
+from sidecar.scoring._baselines import top_cosines, top_k_cosines
 
 MODEL_FORMAT = "kb-subspace-ood/1"
 SCORE_CONVENTION = "higher = more out-of-domain; OOD when score > threshold"
 _DET_PREFIX = "detector."
+# Labelled neighbours at or above this cosine are the query itself (or a duplicate).
+_DUPLICATE_COS = 0.9999
+
+
+def _unit(X: np.ndarray) -> np.ndarray:
+    X = np.asarray(X, dtype=np.float32)
+    norms = np.linalg.norm(X, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return np.ascontiguousarray(X / norms)
 
 
 @dataclass(frozen=True, eq=False)
@@ -87,6 +96,9 @@ class OODModel:
     _ct: np.ndarray = field(init=False, repr=False)
     _n_proj: int = field(init=False, repr=False)
     _kb_unit: np.ndarray | None = field(init=False, repr=False)
+    _knn_ks: tuple[int, ...] = field(init=False, repr=False)
+    _banks: tuple[np.ndarray, np.ndarray] | None = field(init=False, repr=False)
+    _nb_ks: tuple[int, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         setattr_ = object.__setattr__
@@ -103,8 +115,28 @@ class OODModel:
         inputs = self.detector.inputs
         if any(b not in INPUT_BLOCKS for b in inputs):
             raise DataError(f"detector asks for unknown input blocks {inputs}")
-        if "max_cosine" in inputs and self.kb_embeddings is None:
-            raise DataError("the detector uses max-cosine but the model has no KB embeddings")
+        if ("max_cosine" in inputs or "knn" in inputs) and self.kb_embeddings is None:
+            raise DataError(
+                "the detector uses max-cosine or knn but the model has no KB embeddings"
+            )
+        knn_ks = tuple(int(k) for k in getattr(self.detector, "knn_ks", ()) or ())
+        if "knn" in inputs:
+            n_kb = np.asarray(self.kb_embeddings).shape[0]
+            if not knn_ks or any(not 1 <= k <= n_kb for k in knn_ks):
+                raise DataError(f"knn ks {knn_ks} out of range 1..{n_kb}")
+        setattr_(self, "_knn_ks", knn_ks)
+        banks, nb_ks = None, tuple(int(k) for k in getattr(self.detector, "neighbour_ks", ()) or ())
+        if "neighbours" in inputs:
+            id_bank = getattr(self.detector, "id_bank_", None)
+            ood_bank = getattr(self.detector, "ood_bank_", None)
+            if id_bank is None or ood_bank is None:
+                raise DataError("the detector uses labelled neighbours but has no banks")
+            n_min = min(len(id_bank), len(ood_bank))
+            if not nb_ks or any(not 1 <= k <= n_min for k in nb_ks):
+                raise DataError(f"neighbour ks {nb_ks} out of range 1..{n_min}")
+            banks = (_unit(id_bank), _unit(ood_bank))
+        setattr_(self, "_banks", banks)
+        setattr_(self, "_nb_ks", nb_ks)
         setattr_(self, "selected_pcs", sel)
         setattr_(self, "residual_ks", ks)
         setattr_(self, "threshold", float(self.threshold))
@@ -112,7 +144,10 @@ class OODModel:
         setattr_(self, "_inputs", inputs)
         setattr_(self, "_mean64", np.ascontiguousarray(self.mean, dtype=np.float64))
         setattr_(self, "_ct", np.ascontiguousarray(np.asarray(self.components, np.float64).T))
-        setattr_(self, "_n_proj", max([*ks, int(sel.max()) + 1 if sel.size else 0]))
+        # Project only on the PCs the detector's blocks read.
+        need = [int(sel.max()) + 1] if sel.size and "pcs" in inputs else []
+        need += list(ks) if "residual" in inputs else []
+        setattr_(self, "_n_proj", max(need, default=0))
         kb_unit = None
         if self.kb_embeddings is not None:
             kb = np.asarray(self.kb_embeddings, dtype=np.float32)
@@ -134,6 +169,8 @@ class OODModel:
             "pcs": self.m,
             "residual": len(self.residual_ks),
             "max_cosine": 1,
+            "knn": len(self._knn_ks),
+            "neighbours": 2 * len(self._nb_ks),
             "full": int(self.encoder["dim"]),
         }
         return sum(sizes[b] for b in self._inputs)
@@ -192,6 +229,17 @@ class OODModel:
                 kb_unit = self._kb_unit
                 assert kb_unit is not None  # checked in __post_init__
                 blocks.append((1.0 - top_cosines(q, kb_unit, 1))[:, None])
+            elif name == "knn":
+                q = E / np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1e-12)
+                assert self._kb_unit is not None  # checked in __post_init__
+                blocks.append(1.0 - top_k_cosines(q, self._kb_unit, self._knn_ks))
+            elif name == "neighbours":
+                q = E / np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1e-12)
+                assert self._banks is not None  # checked in __post_init__
+                blocks += [
+                    1.0 - top_k_cosines(q, bank, self._nb_ks, skip_above=_DUPLICATE_COS)
+                    for bank in self._banks
+                ]
             else:  # "full"
                 blocks.append(E)
         if len(blocks) == 1:
@@ -208,6 +256,9 @@ class OODModel:
         Returns
         -------
         ndarray of shape (n,), float64
+            Bit-identical for the same input batch (and after an artifact round trip); a
+            query scored in a different batch may differ by float32 rounding (~1e-6) when
+            the detector uses the max-cosine block or the full embedding.
         """
         return np.asarray(self.detector.score_samples(self.features(E)), dtype=np.float64)
 

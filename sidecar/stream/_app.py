@@ -113,7 +113,12 @@ class Runtime:
             )
             for ev in events
         ]
+        if log.isEnabledFor(logging.DEBUG):
+            oldest = min((r.timestamp_ms for r in raws if r.timestamp_ms), default=None)
+            age = time.time() * 1000.0 - oldest if oldest else float("nan")
+            log.debug("batch of %s taken; oldest record %.1f ms old", len(raws), age)
         outcome = await self.scorer.score(raws)
+        log.debug("batch of %s scored: %s", len(raws), outcome.timings)
         await self.drain()
         self._inflight = asyncio.ensure_future(self._publish(events, raws, outcome))
 
@@ -174,6 +179,7 @@ def create_app(
     import faust
 
     from sidecar.hotswap import ModelHolder, ModelWatcher, open_async_store
+    from sidecar.stream._transport import install_low_latency_transport
     from sidecar.stream._web import register_views
 
     k, sc = settings.kafka, settings.scoring
@@ -224,6 +230,7 @@ def create_app(
         debug=False,
     )
     app.sidecar = rt  # type: ignore[attr-defined]
+    install_low_latency_transport(app)
 
     raw: dict[str, Any] = {
         "key_type": bytes,

@@ -20,7 +20,13 @@ from sidecar.errors import ConfigError
 from sidecar.scoring import OODModel
 from sidecar.training._datasets import KBTask
 from sidecar.training._metrics import auroc, balanced_accuracy, fpr_at_tpr, paper_accuracy
-from sidecar.training._search import Candidate, carve_splits, fixed_fit, search
+from sidecar.training._search import (
+    OOD_CAL_FRACTION,
+    Candidate,
+    carve_splits,
+    fixed_fit,
+    search,
+)
 
 log = logging.getLogger(__name__)
 
@@ -125,10 +131,14 @@ def evaluate_task(
     target_frr: float = 0.05,
     protocol: bool = True,
     grids: Mapping[str, Sequence[Candidate]] | None = None,
+    threshold_rule: str = "frr",
 ) -> dict[str, Any]:
     """Metrics of every detector on one KB: ``{"detectors": {...}, "protocol": {...}}``.
 
     ``grids`` replaces the default search grid of the detectors it names.
+    ``threshold_rule`` (``"frr"`` or ``"balanced"``) applies to the detectors that use OOD
+    training labels; the others (and every detector on a KB without OOD training queries)
+    keep the conformal FRR threshold.
     """
     E_kb = embed(task.kb_texts)
     E_idt = embed(task.id_train) if task.id_train else np.zeros((0, E_kb.shape[1]), np.float32)
@@ -155,7 +165,14 @@ def evaluate_task(
             id_train = np.vstack([E_idt, E_ide[rest_i]])
             parts = [E_oode[rest_o]] + ([E_oodt] if E_oodt is not None else [])
             ood_train = np.vstack(parts)
-        splits = carve_splits(E_kb, id_train, ood_train, seed=seed + f, target_frr=target_frr)
+        splits = carve_splits(
+            E_kb,
+            id_train,
+            ood_train,
+            seed=seed + f,
+            target_frr=target_frr,
+            ood_cal_fraction=OOD_CAL_FRACTION if threshold_rule == "balanced" else 0.0,
+        )
         for det in detectors:
             t0 = time.perf_counter()
             res = search(
@@ -167,6 +184,7 @@ def evaluate_task(
                 grid=(grids or {}).get(det),
                 seed=seed,
                 target_frr=target_frr,
+                threshold_rule=threshold_rule if splits.ood_cal is not None else "frr",
             )
             info = {
                 "m": res.model.m,
@@ -218,6 +236,7 @@ def evaluate_benchmark(
     seed: int = 0,
     target_frr: float = 0.05,
     progress: bool = True,
+    threshold_rule: str = "frr",
 ) -> dict[str, Any]:
     """Run :func:`evaluate_task` on every KB and assemble the report JSON."""
     from tqdm.auto import tqdm
@@ -237,6 +256,7 @@ def evaluate_benchmark(
             criterion=criterion,
             seed=seed,
             target_frr=target_frr,
+            threshold_rule=threshold_rule,
         )
         per_kb[task.name] = res["detectors"]
         protocol[task.name] = res["protocol"]
@@ -248,6 +268,7 @@ def evaluate_benchmark(
         "criterion": criterion,
         "seed": seed,
         "target_frr": target_frr,
+        "threshold_rule": threshold_rule,
         "kbs": per_kb,
         "mean": mean,
         "pvalue_vs_evr": _protocol_table(protocol),

@@ -25,6 +25,7 @@ from sidecar.training._metrics import auroc, balanced_accuracy, fpr_at_tpr, pape
 from sidecar.training._report import ReportData, pc_loadings, write_report
 from sidecar.training._search import (
     MAX_DIMS,
+    OOD_CAL_FRACTION,
     Candidate,
     SearchResult,
     TrainingSplits,
@@ -71,6 +72,7 @@ class TrainConfig:
     target_frr: float = 0.05
     seed: int = 0
     pca_method: str = "auto"
+    threshold_rule: str = "frr"
 
 
 @dataclass
@@ -142,6 +144,18 @@ def _validation_metrics(model: OODModel, splits: TrainingSplits) -> dict[str, An
     return out
 
 
+def _splits(inputs: TrainInputs, cfg: TrainConfig) -> TrainingSplits:
+    """The seeded fit / validation / calibration cut (plus OOD calibration for 'balanced')."""
+    return carve_splits(
+        inputs.kb,
+        inputs.id_queries,
+        inputs.ood_queries,
+        seed=cfg.seed,
+        target_frr=cfg.target_frr,
+        ood_cal_fraction=OOD_CAL_FRACTION if cfg.threshold_rule == "balanced" else 0.0,
+    )
+
+
 def train(
     inputs: TrainInputs, cfg: TrainConfig, tick: Callable[[str], None] | None = None
 ) -> TrainResult:
@@ -150,9 +164,7 @@ def train(
     t0 = time.perf_counter()
     if inputs.kb.ndim != 2 or inputs.kb.shape[1] != int(inputs.encoder["dim"]):
         raise DataError(f"KB embeddings of shape {inputs.kb.shape} do not match the encoder")
-    splits = carve_splits(
-        inputs.kb, inputs.id_queries, inputs.ood_queries, seed=cfg.seed, target_frr=cfg.target_frr
-    )
+    splits = _splits(inputs, cfg)
     step("split")
     t1 = time.perf_counter()
     res = search(
@@ -165,6 +177,7 @@ def train(
         seed=cfg.seed,
         target_frr=cfg.target_frr,
         pca_method=cfg.pca_method,
+        threshold_rule=cfg.threshold_rule,
     )
     step("search")
     t2 = time.perf_counter()
@@ -194,9 +207,7 @@ def build_report(
 ) -> Path:
     """ROC of each detector and baseline, histograms, accuracy vs m, PC loadings."""
     model = result.model
-    splits = carve_splits(
-        inputs.kb, inputs.id_queries, inputs.ood_queries, seed=cfg.seed, target_frr=cfg.target_frr
-    )
+    splits = _splits(inputs, cfg)
     notes: list[str] = []
     roc: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     curve: dict[str, list[tuple[int, float]]] = {}
@@ -288,6 +299,7 @@ def build_report(
         "selected_pcs": [int(p) for p in model.selected_pcs],
         "threshold": model.threshold,
         "target_frr": cfg.target_frr,
+        "threshold_rule": cfg.threshold_rule,
         "params": result.search.best.describe(),
         **result.validation,
         **result.stats,

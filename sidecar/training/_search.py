@@ -4,12 +4,16 @@
 fit part, a validation part and held-out ID calibration queries, with a fixed seed.
 :func:`search` fits every candidate of a detector's grid (m, radius quantile, C, ...) on
 the fit part, ranks them by validation AUROC (ties: fewer dimensions), refits the winner on
-fit + validation and calibrates its threshold with the conformal quantile on the
-calibration queries. Neither function accepts evaluation queries.
+fit + validation and calibrates its threshold on the calibration queries: the conformal
+quantile for a target false-reject rate (``threshold_rule="frr"``, the default), or the
+threshold that maximises
+balanced accuracy on held-out ID and OOD calibration queries (``"balanced"``). Neither
+function accepts evaluation queries.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -27,6 +31,11 @@ log = logging.getLogger(__name__)
 MAX_DIMS = 32
 # Residual norms at several k: the combined detector sees all of them.
 COMBINED_RESIDUAL_KS = (16, 32, 64)
+# The combined detector's kNN block: 1 - cosine of the k-th nearest KB document, per k.
+COMBINED_KNN_KS = (1, 5, 10, 20)
+THRESHOLD_RULES = ("frr", "balanced")
+# Share of OOD training queries held out to calibrate a "balanced" threshold.
+OOD_CAL_FRACTION = 0.2
 
 
 @dataclass(frozen=True)
@@ -39,6 +48,7 @@ class TrainingSplits:
     id_cal: np.ndarray
     ood_fit: np.ndarray | None = None
     ood_val: np.ndarray | None = None
+    ood_cal: np.ndarray | None = None
 
     @property
     def has_ood(self) -> bool:
@@ -61,6 +71,7 @@ def carve_splits(
     max_ood_fit: int = 4000,
     max_ood_val: int = 2000,
     target_frr: float = 0.05,
+    ood_cal_fraction: float = 0.0,
 ) -> TrainingSplits:
     """Cut training embeddings into fit / validation / calibration parts (seeded).
 
@@ -68,7 +79,9 @@ def carve_splits(
     the rest (at most ``max_id_fit``) to fitting. Calibration gets at least
     ``ceil(1 / target_frr) - 1`` queries when there are enough, the fewest for which the
     conformal quantile can reach ``target_frr``. OOD training queries: a random subset of
-    at most ``max_ood_val`` for validation and ``max_ood_fit`` for fitting.
+    at most ``max_ood_val`` for validation and ``max_ood_fit`` for fitting; with
+    ``ood_cal_fraction`` > 0, that fraction (at most ``max_ood_val``) is first held out for
+    calibrating a balanced-accuracy threshold (never fitted on).
     """
     rng = np.random.default_rng(seed)
     n = len(id_train)
@@ -80,10 +93,13 @@ def carve_splits(
     n_cal = max(2, round(cal_fraction * n), min(math.ceil(1 / target_frr) - 1, n // 3))
     n_val = max(2, round(val_fraction * n))
     cal, val, fit = perm[:n_cal], perm[n_cal : n_cal + n_val], perm[n_cal + n_val :][:max_id_fit]
-    ood_fit = ood_val = None
+    ood_fit = ood_val = ood_cal = None
     if ood_train is not None and len(ood_train) >= 4:
         operm = rng.permutation(len(ood_train))
-        n_oval = min(max_ood_val, max(2, round(val_fraction * len(ood_train))))
+        if ood_cal_fraction > 0 and len(ood_train) >= 8:
+            n_ocal = min(max_ood_val, max(2, round(ood_cal_fraction * len(ood_train))))
+            ood_cal, operm = _take(ood_train, operm[:n_ocal]), operm[n_ocal:]
+        n_oval = min(max_ood_val, max(2, round(val_fraction * len(operm))))
         ood_val = _take(ood_train, operm[:n_oval])
         ood_fit = _take(ood_train, operm[n_oval : n_oval + max_ood_fit])
     return TrainingSplits(
@@ -93,7 +109,39 @@ def carve_splits(
         _take(id_train, cal),
         ood_fit,
         ood_val,
+        ood_cal,
     )
+
+
+def balanced_threshold(id_scores: np.ndarray, ood_scores: np.ndarray) -> float:
+    """The threshold maximising balanced accuracy of ``score > threshold`` = OOD.
+
+    Among the maximising thresholds, the middle one of the best run is returned, placed
+    halfway between two adjacent observed scores.
+
+    Parameters
+    ----------
+    id_scores : ndarray of shape (n_id,)
+        Scores of held-out ID queries.
+    ood_scores : ndarray of shape (n_ood,)
+        Scores of held-out OOD queries.
+
+    Returns
+    -------
+    float
+    """
+    s_id = np.asarray(id_scores, dtype=np.float64).ravel()
+    s_ood = np.asarray(ood_scores, dtype=np.float64).ravel()
+    if s_id.size == 0 or s_ood.size == 0:
+        raise DataError("a balanced threshold needs held-out ID and OOD scores")
+    cuts = np.unique(np.concatenate([s_id, s_ood]))
+    # threshold candidates: below everything, between neighbours, at the top
+    cand = np.concatenate([[cuts[0] - 1.0], (cuts[:-1] + cuts[1:]) / 2.0, [cuts[-1]]])
+    tpr_id = np.searchsorted(np.sort(s_id), cand, side="right") / s_id.size  # ID accepted
+    tnr_ood = 1.0 - np.searchsorted(np.sort(s_ood), cand, side="right") / s_ood.size
+    ba = (tpr_id + tnr_ood) / 2.0
+    best = np.flatnonzero(ba >= ba.max() - 1e-12)
+    return float(cand[best[len(best) // 2]])
 
 
 @dataclass(frozen=True)
@@ -174,6 +222,7 @@ def _fit(
     target_frr: float,
     final: bool,
     pca_method: str = "auto",
+    threshold_rule: str = "frr",
 ) -> OODModel:
     id_emb, ood_emb = splits.id_fit, splits.ood_fit
     if final and splits.has_ood and splits.ood_val is not None:
@@ -187,7 +236,10 @@ def _fit(
         k_max = min(64, len(splits.kb) - 1, splits.kb.shape[1])
         ks = tuple(sorted({min(k, k_max) for k in ks}))
     m = min(cand.m, len(splits.kb) - 1)
-    return fit_ood_model(
+    params = dict(cand.params)
+    if "knn_ks" in params:
+        params["knn_ks"] = [min(int(k), len(splits.kb)) for k in params["knn_ks"]]
+    model = fit_ood_model(
         kb=kb_name,
         encoder=encoder,
         kb_embeddings=splits.kb,
@@ -199,10 +251,33 @@ def _fit(
         m=m,
         target_frr=target_frr,
         seed=seed,
-        detector_params=dict(cand.params),
+        detector_params=params,
         residual_ks=ks,
         pca_method=pca_method,
     )
+    if not final or threshold_rule == "frr":
+        return model
+    return _balanced(model, splits)
+
+
+def _balanced(model: OODModel, splits: TrainingSplits) -> OODModel:
+    """``model`` with its threshold moved to the best balanced accuracy on calibration data."""
+    if splits.ood_cal is None:
+        raise ConfigError(
+            "threshold rule 'balanced' needs held-out OOD calibration queries "
+            "(OOD training queries and carve_splits(ood_cal_fraction > 0))"
+        )
+    s_id, s_ood = model.score(splits.id_cal), model.score(splits.ood_cal)
+    thr = balanced_threshold(s_id, s_ood)
+    metrics = {
+        **model.metrics,
+        "threshold_rule": "balanced",
+        "n_ood_calibration": int(s_ood.size),
+        "calibration_frr": float(np.mean(s_id > thr)),
+        "calibration_fpr": float(np.mean(s_ood <= thr)),
+    }
+    params = {**model.params, "threshold_rule": "balanced"}
+    return dataclasses.replace(model, threshold=thr, metrics=metrics, params=params)
 
 
 def search(
@@ -216,8 +291,12 @@ def search(
     seed: int = 0,
     target_frr: float = 0.05,
     pca_method: str = "auto",
+    threshold_rule: str = "frr",
 ) -> SearchResult:
     """Pick ``detector``'s hyperparameters by validation AUROC, refit, calibrate.
+
+    ``threshold_rule``: ``"frr"`` (conformal quantile for ``target_frr``) or
+    ``"balanced"`` (best balanced accuracy on ``splits.id_cal`` / ``splits.ood_cal``).
 
     Without OOD training queries there is no validation AUROC: the grid's first candidate
     that fits is used (the detectors that need OOD labels raise ConfigError).
@@ -225,6 +304,10 @@ def search(
     cands = list(grid) if grid is not None else default_grid(detector)
     if not cands:
         raise ConfigError(f"empty search grid for {detector!r}")
+    if threshold_rule not in THRESHOLD_RULES:
+        raise ConfigError(
+            f"threshold rule must be one of {THRESHOLD_RULES}, got {threshold_rule!r}"
+        )
     if detector_class(detector).needs_ood and not splits.has_ood:
         raise ConfigError(f"detector {detector!r} needs OOD training queries")
     table: list[dict[str, Any]] = []
@@ -277,6 +360,7 @@ def search(
         target_frr=target_frr,
         final=True,
         pca_method=pca_method,
+        threshold_rule=threshold_rule,
     )
     return SearchResult(model, best_cand, None if best is None else best[0], table, best_scores)
 

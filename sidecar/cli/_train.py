@@ -61,7 +61,7 @@ _PATH = click.Path(path_type=Path)
 @click.option(
     "--features",
     default=None,
-    help="combined only: comma-separated blocks among pcs,residual,max_cosine.",
+    help="combined only: comma-separated blocks among pcs,residual,max_cosine,knn,neighbours.",
 )
 @click.option(
     "--target-frr",

@@ -136,9 +136,9 @@ def evaluate_task(
     """Metrics of every detector on one KB: ``{"detectors": {...}, "protocol": {...}}``.
 
     ``grids`` replaces the default search grid of the detectors it names.
-    ``threshold_rule`` (``"frr"`` or ``"balanced"``) applies to the detectors that use OOD
-    training labels; the others (and every detector on a KB without OOD training queries)
-    keep the conformal FRR threshold.
+    ``threshold_rule``: ``"frr"`` (conformal quantile) or ``"balanced"`` (best balanced
+    accuracy on held-out ID and OOD training queries, for every detector; a KB without OOD
+    training queries keeps the conformal threshold).
     """
     E_kb = embed(task.kb_texts)
     E_idt = embed(task.id_train) if task.id_train else np.zeros((0, E_kb.shape[1]), np.float32)
@@ -337,8 +337,15 @@ def targets(report: Mapping[str, Any]) -> list[dict[str, Any]]:
         out.append({"target": f"{prod} uses <= 32 dims", "measured": dims, "met": dims <= 32})
     if bench == "covid" and prod in mean:
         ba = mean[prod]["balanced_accuracy"]
+        rule = report.get("threshold_rule", "frr")
+        if rule == "frr":
+            rule += f" {report.get('target_frr')}"
         out.append(
-            {"target": f"balanced accuracy of {prod} >= 0.985", "measured": ba, "met": ba >= 0.985}
+            {
+                "target": f"balanced accuracy of {prod} >= 0.985 (threshold rule {rule})",
+                "measured": ba,
+                "met": ba >= 0.985,
+            }
         )
         best = max(mean, key=lambda d: mean[d]["balanced_accuracy"])
         out.append(
@@ -352,13 +359,19 @@ def targets(report: Mapping[str, Any]) -> list[dict[str, Any]]:
             }
         )
     proto = report.get("pvalue_vs_evr", {}).get("detectors", {})
-    if proto:
-        diffs = [v["paper_accuracy"]["mean_diff"] for v in proto.values()]
+    for d, v in sorted(proto.items()):
+        pa = v["paper_accuracy"]
         out.append(
             {
-                "target": f"p-value beats EVR at m={PROTOCOL_M} on average (paper accuracy)",
-                "measured": {d: v["paper_accuracy"]["mean_diff"] for d, v in proto.items()},
-                "met": float(np.mean(diffs)) > 0,
+                "target": f"p-value beats EVR at m={PROTOCOL_M} on average (paper accuracy), {d}",
+                "measured": {
+                    "pvalue": pa["pvalue"],
+                    "evr": pa["evr"],
+                    "margin": pa["mean_diff"],
+                    "kbs_pvalue_better": f"{pa['kbs_pvalue_better']}/{pa['kbs']}",
+                    "auroc_margin": v["auroc"]["mean_diff"],
+                },
+                "met": pa["mean_diff"] > 0,
             }
         )
     return out

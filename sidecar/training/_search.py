@@ -31,8 +31,8 @@ log = logging.getLogger(__name__)
 MAX_DIMS = 32
 # Residual norms at several k: the combined detector sees all of them.
 COMBINED_RESIDUAL_KS = (16, 32, 64)
-# The combined detector's kNN block: 1 - cosine of the k-th nearest KB document, per k.
-COMBINED_KNN_KS = (1, 5, 10, 20)
+# The combined detector's labelled-neighbour block: k-th nearest ID / OOD training query.
+COMBINED_NEIGHBOUR_KS = (1, 5)
 THRESHOLD_RULES = ("frr", "balanced")
 # Share of OOD training queries held out to calibrate a "balanced" threshold.
 OOD_CAL_FRACTION = 0.2
@@ -192,6 +192,17 @@ def default_grid(detector: str) -> list[Candidate]:
                 {"C": C, "features": ["pcs", "residual"]},
                 COMBINED_RESIDUAL_KS,
             )
+            for C in (0.1, 1.0)
+        ]
+        # + labelled neighbours: nearest ID / OOD training queries (2 * 2 columns)
+        with_nb: dict[str, Any] = {
+            "features": [*with_cos["features"], "neighbours"],
+            "neighbour_ks": list(COMBINED_NEIGHBOUR_KS),
+        }
+        n_nb = 2 * len(COMBINED_NEIGHBOUR_KS)
+        out += [
+            c(detector, m, {"C": C, **with_nb}, COMBINED_RESIDUAL_KS)
+            for m in (20, MAX_DIMS - n_res - 1 - n_nb)
             for C in (0.1, 1.0)
         ]
         return out

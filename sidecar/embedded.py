@@ -14,7 +14,6 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -121,8 +120,17 @@ class EmbeddedRedis:
             self._tmp = tempfile.TemporaryDirectory(prefix="sidecar-redis-")
         self.proc = subprocess.Popen(
             [
-                binary, "--port", str(self.port), "--bind", "127.0.0.1",
-                "--save", "", "--appendonly", "no", "--dir", self._tmp.name,
+                binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                self._tmp.name,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -1,9 +1,7 @@
 """Command-line entry point: ``sidecar ...``."""
 
-from sidecar.cli._root import bench, main
-
 # Command modules register themselves on ``main`` / ``bench`` when imported.
-from sidecar.cli import (  # noqa: E402, F401  (imported for registration)
+from sidecar.cli import (  # noqa: F401  (imported for registration)
     _bench_detectors,
     _bench_e2e,
     _bench_rules,
@@ -15,5 +13,6 @@ from sidecar.cli import (  # noqa: E402, F401  (imported for registration)
     _train,
     _worker,
 )
+from sidecar.cli._root import bench, main
 
 __all__ = ["bench", "main"]

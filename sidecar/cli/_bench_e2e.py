@@ -39,9 +39,17 @@ from sidecar.cli._root import bench
 @click.option(
     "--batch-timeout-ms",
     type=int,
-    default=20,
+    default=5,
     show_default=True,
     help="scoring.batch_timeout_ms of the worker.",
+)
+@click.option(
+    "--encoder-threads",
+    type=int,
+    default=0,
+    show_default=True,
+    help="scoring.encoder_threads of the worker and of the encoder-only run "
+    "(0: the worker's automatic choice, the CPUs minus one).",
 )
 @click.option(
     "--texts",
@@ -64,6 +72,7 @@ def e2e(
     half_rate_queries: int,
     batch_max: int,
     batch_timeout_ms: int,
+    encoder_threads: int,
     source: str,
     workdir: Path | None,
 ) -> None:
@@ -72,7 +81,8 @@ def e2e(
     Starts the broker, a directory model store with the demo KB model and one
     `sidecar worker` child process; produces QUERIES realistic queries flat out
     (saturation), then at half the measured rate (latency), then measures the encoder
-    alone in a fresh process with the same batch size (the ceiling). Reports
+    alone in a fresh process with the same batch size and torch threads (the ceiling),
+    and with all CPUs for comparison. Reports
     throughput_qps, latency_ms_p50/p99, encoder_only_qps, ratio_to_encoder,
     worker_peak_rss_mb, the per-query time split and the targets.
     """
@@ -85,6 +95,7 @@ def e2e(
         half_rate_queries=half_rate_queries,
         batch_max=batch_max,
         batch_timeout_ms=batch_timeout_ms,
+        encoder_threads=encoder_threads,
         source=source,
         workdir=work,
         echo=click.echo,
@@ -119,12 +130,14 @@ def e2e(
 @click.option("--batch-size", type=int, required=True)
 @click.option("--encoder", default="all-MiniLM-L6-v2")
 @click.option("--repeats", type=int, default=1)
+@click.option("--threads", type=int, default=0, help="torch threads (0: as the worker's default).")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), required=True)
 def e2e_encoder(
-    texts_file: Path, batch_size: int, encoder: str, repeats: int, json_out: Path
+    texts_file: Path, batch_size: int, encoder: str, repeats: int, threads: int, json_out: Path
 ) -> None:
     """Encoder-only ceiling of `bench e2e` (run in a fresh process by it)."""
     from sidecar.stream._bench import measure_encoder
 
     texts = json.loads(texts_file.read_text())
-    json_out.write_text(json.dumps(measure_encoder(texts, batch_size, encoder, repeats)))
+    report = measure_encoder(texts, batch_size, encoder, repeats, threads=threads)
+    json_out.write_text(json.dumps(report))

@@ -189,6 +189,7 @@ async def _run(
     from tqdm import tqdm
 
     from model_store import RedisStore
+    from sidecar.embedded import EmbeddedBroker
     from sidecar.settings import load_settings
     from sidecar.stream import WorkerProcess, bootstrap_servers, ensure_topics
 
@@ -202,6 +203,7 @@ async def _run(
             "dlq_topic": _TOPICS[2],
             "partitions": partitions,
             "session_timeout_s": 6.0,
+            "fetch_max_wait_ms": EmbeddedBroker.FETCH_MAX_WAIT_MS,
         },
         redis={"url": redis_url},
         store={"backend": "redis", "poll_interval_s": 1.0},

@@ -82,6 +82,7 @@ def demo(
                 "app_id": "sidecar-demo",
                 "route_topics": True,
                 "session_timeout_s": 6.0,
+                "fetch_max_wait_ms": EmbeddedBroker.FETCH_MAX_WAIT_MS,
                 "partitions": 2,
             },
             redis={"url": url, "key_prefix": "oodsc-demo"},
@@ -174,7 +175,7 @@ async def _stream(
         auto_offset_reset="earliest",
         enable_auto_commit=False,
         group_id=None,
-        fetch_max_wait_ms=50,
+        fetch_max_wait_ms=settings.kafka.fetch_max_wait_ms,
     )
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
     await consumer.start()

@@ -28,6 +28,8 @@ from sidecar.scoring._encoder import (
     DEFAULT_ENCODER,
     Encoder,
     SentenceTransformerEncoder,
+    available_cpus,
+    encoder_threads,
 )
 from sidecar.scoring._fit import fit_ood_model
 from sidecar.scoring._geometric import EpsilonBall, EpsilonCube, EpsilonRect
@@ -53,9 +55,11 @@ __all__ = [
     "ResidualDetector",
     "SVMDetector",
     "SentenceTransformerEncoder",
+    "available_cpus",
     "conformal_threshold",
     "detector_class",
     "detector_kinds",
+    "encoder_threads",
     "fit_ood_model",
     "make_detector",
     "select_evr",

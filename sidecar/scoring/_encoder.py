@@ -8,6 +8,7 @@ fetched from a model hub; any local sentence-transformers directory works too.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 from collections.abc import Sequence
@@ -118,3 +119,28 @@ class SentenceTransformerEncoder:
                 show_progress_bar=progress,
             )
         return np.asarray(out, dtype=np.float32)
+
+
+def encoder_threads(setting: int) -> int:
+    """torch intra-op threads for ``scoring.encoder_threads`` (0 = automatic).
+
+    Automatic leaves one CPU to the event loop, the Kafka client and the neighbours:
+    torch's OpenMP team stalls at every barrier when one of its threads is preempted, and
+    on 2 CPUs beside the broker one thread scored more queries per second than two
+    (``sidecar bench e2e``; see the README).
+    """
+    if setting > 0:
+        return setting
+    return max(1, available_cpus() - 1)
+
+
+def available_cpus() -> int:
+    """CPUs this process may use: its affinity mask, capped by a cgroup v2 CPU quota."""
+    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            n = min(n, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return n

@@ -6,13 +6,18 @@ broker. A crash or a rebalance can therefore re-deliver records that already hav
 verdict; a verdict is idempotent by ``id`` + ``model_version`` (consumers deduplicate on
 that pair; the same query scored again by the same model gets the same decision).
 
-How the batch is kept from being acked early: faust's ``stream.take_events`` acks every
-event of a batch when the next batch is requested, even when the body raised. Each
-event's message is therefore *held* (one extra reference) while its batch is in flight
-and released (acked) only after :meth:`Publisher.publish` returned; whichever ack comes
-last is the final one. A batch that failed keeps its hold, so its offsets are never
-committed and the records come back after a restart or a rebalance. The hold also lets
-the publishing of one batch overlap the encoding of the next.
+How a record is kept from being acked early: faust's stream acks an event when the agent
+asks for the next one. Each event's message is therefore *held* (one extra reference)
+from the moment the agent queues it for a batch and released (acked) only after
+:meth:`Publisher.publish` returned for its batch; whichever ack comes last is the final
+one. A batch that failed keeps its hold, so its offsets are never committed and the
+records come back after a restart or a rebalance.
+
+Batching is the :class:`~sidecar.stream._batcher.MicroBatcher`'s: the agent queues events
+as faust delivers them and one runner scores whatever has queued while the previous batch
+was being encoded (``scoring.batch_max`` at most), so the batch size follows the load and
+a lone query waits at most ``scoring.batch_timeout_ms`` for companions. Publishing one
+batch overlaps the encoding of the next.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import TYPE_CHECKING, Any, cast
 from sidecar.errors import ConfigError
 from sidecar.settings import Settings
 from sidecar.stream._batch import BatchScorer
+from sidecar.stream._batcher import MicroBatcher
 from sidecar.stream._metrics import StreamMetrics
 from sidecar.stream._publish import Headers, Publisher, TopicNames
 from sidecar.stream._records import InputPolicy, Raw
@@ -80,10 +86,10 @@ class Runtime:
         self._inflight: asyncio.Future[None] | None = None
 
     async def warm_up(self) -> None:
-        """Run the encoder once at full batch size: torch's first call is slow."""
+        """Run the encoder once at full batch size, on its thread: torch's first call is slow."""
         texts = ["warm-up query for the sidecar encoder"] * self.settings.scoring.batch_max
         t0 = time.perf_counter()
-        await asyncio.to_thread(self.encoder.encode, texts, batch_size=len(texts))
+        await self.scorer.encoder_thread.encode(texts, batch_size=len(texts))
         self.encoder_warm = True
         log.info("encoder warm-up took %.0f ms", (time.perf_counter() - t0) * 1000)
 
@@ -95,14 +101,12 @@ class Runtime:
             log.warning("no initial model load after %.0f s; serving with fail_mode", timeout_s)
 
     async def handle(self, events: Sequence[Any]) -> None:
-        """Score one batch of faust events and start publishing it.
+        """Score one batch of held faust events and start publishing it.
 
         Publishing overlaps the scoring of the next batch; at most one batch is in flight
         (its delivery is awaited before the next one starts, which keeps verdicts in
         order and re-raises a delivery failure here).
         """
-        for ev in events:
-            ev.message.incref()  # hold: take_events' ack must not be the final one
         raws = [
             Raw(
                 value=ev.message.value,
@@ -139,7 +143,7 @@ class Runtime:
             raise
         outcome.timings["produce"] = time.perf_counter() - t0
         for ev in events:
-            # Release the hold. Whichever of this and take_events' own ack comes last is
+            # Release the hold. Whichever of this and the stream's own ack comes last is
             # the final ack that marks the offset committable.
             ev.ack()
         for r in raws:
@@ -186,9 +190,11 @@ def create_app(
     if sc.default_kb not in sc.kbs:
         raise ConfigError(f"scoring.default_kb {sc.default_kb!r} is not in scoring.kbs {sc.kbs}")
     if encoder is None:
-        from sidecar.scoring import SentenceTransformerEncoder
+        from sidecar.scoring import SentenceTransformerEncoder, encoder_threads
 
-        encoder = SentenceTransformerEncoder(sc.encoder, device=sc.device)
+        encoder = SentenceTransformerEncoder(
+            sc.encoder, device=sc.device, threads=encoder_threads(sc.encoder_threads)
+        )
     holder = holder if holder is not None else ModelHolder(sc.kbs)
     owns_store = store is None
     store = store if store is not None else open_async_store(settings)
@@ -230,7 +236,7 @@ def create_app(
         debug=False,
     )
     app.sidecar = rt  # type: ignore[attr-defined]
-    install_low_latency_transport(app)
+    install_low_latency_transport(app, k.fetch_max_wait_ms)
 
     raw: dict[str, Any] = {
         "key_type": bytes,
@@ -263,13 +269,22 @@ def create_app(
         ),
     )
 
-    within = max(sc.batch_timeout_ms, 1) / 1000.0
-
     async def score(stream: Any) -> None:
         await rt.warm_up()
         await rt.wait_models()
-        async for events in stream.take_events(sc.batch_max, within=within):
-            await rt.handle(events)
+        batcher: MicroBatcher[Any] = MicroBatcher(
+            rt.handle, max_size=sc.batch_max, linger_s=sc.batch_timeout_ms / 1000.0
+        )
+        batcher.start()
+        try:
+            async for event in stream.events():
+                event.message.incref()  # hold: the stream's own ack must not be the final one
+                await batcher.put(event)
+        finally:
+            # Stopping (SIGTERM, rebalance): finish and publish the batch being scored;
+            # queued events keep their hold, stay uncommitted and are delivered again.
+            await batcher.close()
+            await rt.drain()
 
     app.agent(queries, name="sidecar.score", concurrency=1)(score)
     app.service(cast(Any, _watcher_service(rt, close_store=owns_store)))

@@ -169,7 +169,9 @@ async def _run_phase(
     }
 
 
-def encoder_only_qps(texts: list[str], batch_size: int, *, encoder: str, repeats: int = 1) -> float:
+def encoder_only_qps(
+    texts: list[str], batch_size: int, *, encoder: str, threads: int, repeats: int = 1
+) -> float:
     """Embedding throughput of a fresh child process (same process type as the worker)."""
     with tempfile.TemporaryDirectory(prefix="sidecar-bench-") as tmp:
         src, out = Path(tmp) / "texts.json", Path(tmp) / "out.json"
@@ -190,33 +192,37 @@ def encoder_only_qps(texts: list[str], batch_size: int, *, encoder: str, repeats
             str(out),
             "--repeats",
             str(repeats),
+            "--threads",
+            str(threads),
         ]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         return float(json.loads(out.read_text())["encoder_only_qps"])
 
 
 def measure_encoder(
-    texts: list[str], batch_size: int, encoder_name: str, repeats: int
+    texts: list[str], batch_size: int, encoder_name: str, repeats: int, *, threads: int = 0
 ) -> dict[str, Any]:
     """Body of ``sidecar bench e2e-encoder``: embed ``texts`` in batches, best of ``repeats``.
 
-    The batches are encoded in a worker thread (``asyncio.to_thread``), exactly as the
-    worker calls the encoder: torch's intra-op threading differs between the main thread
-    and other threads, and on a busy machine that alone changes throughput by 2x.
+    The batches are encoded on one dedicated thread (:class:`EncoderThread`), exactly as
+    the worker calls the encoder: torch's intra-op threading differs between the main
+    thread and other threads, and on a busy machine that alone changes throughput by 2x.
     """
-    from sidecar.scoring import SentenceTransformerEncoder
+    from sidecar.scoring import SentenceTransformerEncoder, encoder_threads
+    from sidecar.stream._batch import EncoderThread
 
-    enc = SentenceTransformerEncoder(encoder_name)
+    n_threads = encoder_threads(threads)
+    enc = EncoderThread(SentenceTransformerEncoder(encoder_name, threads=n_threads))
 
     async def run() -> float:
         texts_warm = texts[:batch_size]
-        await asyncio.to_thread(enc.encode, texts_warm, batch_size=batch_size)  # as the worker
+        await enc.encode(texts_warm, batch_size=batch_size)  # as the worker
         best = 0.0
         for _ in range(repeats):
             t0 = time.perf_counter()
             for i in range(0, len(texts), batch_size):
                 chunk = texts[i : i + batch_size]
-                await asyncio.to_thread(enc.encode, chunk, batch_size=batch_size)
+                await enc.encode(chunk, batch_size=batch_size)
             best = max(best, len(texts) / (time.perf_counter() - t0))
         return best
 
@@ -225,7 +231,8 @@ def measure_encoder(
         "encoder_only_qps": round(qps, 2),
         "queries": len(texts),
         "batch_size": batch_size,
-        "calling_thread": "asyncio.to_thread (as in the worker)",
+        "encoder_threads": n_threads,
+        "calling_thread": "one dedicated encoder thread (as in the worker)",
     }
 
 
@@ -252,6 +259,7 @@ def run_e2e(
     batch_timeout_ms: int,
     source: str,
     workdir: Path,
+    encoder_threads: int = 0,
     timeout_s: float = 600.0,
     echo: Callable[[str], None] = print,
 ) -> dict[str, Any]:
@@ -260,7 +268,8 @@ def run_e2e(
 
     from sidecar.embedded import EmbeddedBroker, free_port
     from sidecar.hotswap import open_store
-    from sidecar.scoring import SentenceTransformerEncoder
+    from sidecar.scoring import SentenceTransformerEncoder, available_cpus
+    from sidecar.scoring import encoder_threads as resolve_threads
     from sidecar.settings import load_settings
     from sidecar.stream._demo import publish, train_demo_model
     from sidecar.stream._launch import WorkerProcess
@@ -277,9 +286,18 @@ def run_e2e(
     }
     with EmbeddedBroker() as broker:
         settings = load_settings(
-            kafka={"brokers": broker.url, "app_id": "sidecar-bench", "session_timeout_s": 6.0},
+            kafka={
+                "brokers": broker.url,
+                "app_id": "sidecar-bench",
+                "session_timeout_s": 6.0,
+                "fetch_max_wait_ms": EmbeddedBroker.FETCH_MAX_WAIT_MS,
+            },
             store={"backend": "directory", "directory": workdir / "store", "poll_interval_s": 1.0},
-            scoring={"batch_max": batch_max, "batch_timeout_ms": batch_timeout_ms},
+            scoring={
+                "batch_max": batch_max,
+                "batch_timeout_ms": batch_timeout_ms,
+                "encoder_threads": encoder_threads,
+            },
             web={"host": "127.0.0.1", "port": free_port()},
         )
         k = settings.kafka
@@ -342,7 +360,18 @@ def run_e2e(
         finally:
             worker.terminate()
     echo("measuring the encoder alone in a fresh process ...")
-    enc_qps = encoder_only_qps(texts, batch_max, encoder=settings.scoring.encoder, repeats=2)
+    threads = resolve_threads(encoder_threads)
+    enc_qps = encoder_only_qps(
+        texts, batch_max, encoder=settings.scoring.encoder, threads=threads, repeats=2
+    )
+    cpus = available_cpus()
+    enc_all = (
+        encoder_only_qps(
+            texts, batch_max, encoder=settings.scoring.encoder, threads=cpus, repeats=2
+        )
+        if cpus != threads
+        else enc_qps
+    )
     split, n, batches = _split(before, after)
     half_split, n_half_seen, half_batches = _split(half_before, half_after)
     report.update(
@@ -351,8 +380,12 @@ def run_e2e(
             "throughput_qps": sat["throughput_qps"],
             "latency_ms_p50": sat["latency_ms_p50"],
             "latency_ms_p99": sat["latency_ms_p99"],
+            "encoder_threads": threads,
             "encoder_only_qps": enc_qps,
             "ratio_to_encoder": round(sat["throughput_qps"] / enc_qps, 3) if enc_qps else None,
+            # The encoder alone on every CPU, nothing beside it: not the worker's setting,
+            # reported so the thread choice can be judged.
+            "encoder_only_qps_all_cpus": {"threads": cpus, "qps": enc_all},
             "worker_peak_rss_mb": round(rss, 1) if rss is not None else None,
             "time_split_ms_per_query": split,
             "mean_batch_size_saturation": round(n / batches, 2) if batches else None,

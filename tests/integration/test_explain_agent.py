@@ -45,6 +45,7 @@ def _settings(broker: EmbeddedBroker, llm: FakeChatLLM) -> Settings:
             "dlq_topic": f"dlq-{tag}",
             "partitions": 1,
             "session_timeout_s": 6.0,
+            "fetch_max_wait_ms": EmbeddedBroker.FETCH_MAX_WAIT_MS,
         },
         explain={"enabled": True, "base_url": llm.base_url, "model": "fake", "max_sources": 6},
     )

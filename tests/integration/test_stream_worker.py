@@ -65,6 +65,7 @@ def make_settings(
                 "ood_topic": f"ood-{tag}",
                 "partitions": 4,
                 "session_timeout_s": 6.0,
+                "fetch_max_wait_ms": EmbeddedBroker.FETCH_MAX_WAIT_MS,
                 **kafka,
             },
             redis={"url": store_redis.url},

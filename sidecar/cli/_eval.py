@@ -58,7 +58,7 @@ from sidecar.cli._root import main
 )
 @click.option(
     "--target-frr",
-    default=0.05,
+    default=0.01,  # sidecar.scoring.DEFAULT_TARGET_FRR (not imported: keeps --help fast)
     show_default=True,
     type=float,
     help="False-reject rate the threshold is calibrated to.",

@@ -65,7 +65,7 @@ _PATH = click.Path(path_type=Path)
 )
 @click.option(
     "--target-frr",
-    default=0.05,
+    default=0.01,  # sidecar.scoring.DEFAULT_TARGET_FRR (not imported: keeps --help fast)
     show_default=True,
     type=click.FloatRange(0, 1, min_open=True, max_open=True),
     help="False-reject rate the threshold targets.",

@@ -17,7 +17,7 @@ from sidecar.scoring._baselines import (
     MaxCosineDetector,
     ResidualDetector,
 )
-from sidecar.scoring._calibration import conformal_threshold
+from sidecar.scoring._calibration import DEFAULT_TARGET_FRR, conformal_threshold
 from sidecar.scoring._classifiers import (
     CombinedDetector,
     GMMDetector,
@@ -38,6 +38,7 @@ from sidecar.scoring._subspace import KBSubspace, select_evr, select_pvalue
 
 __all__ = [
     "DEFAULT_ENCODER",
+    "DEFAULT_TARGET_FRR",
     "INPUT_BLOCKS",
     "CombinedDetector",
     "Encoder",

@@ -12,6 +12,11 @@ from sidecar.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
 
+# The default share of answerable (ID) queries the calibrated threshold may refuse. With a
+# rate r, balanced accuracy cannot exceed 1 - r / 2 (5 % caps it at 0.975); at 1 % the
+# conformal quantile needs at least 99 held-out ID queries to be valid.
+DEFAULT_TARGET_FRR = 0.01
+
 
 def conformal_threshold(id_scores: Any, target_frr: float) -> float:
     """Threshold on OOD scores so that an exchangeable new ID query is flagged with

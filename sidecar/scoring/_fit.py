@@ -10,7 +10,7 @@ import numpy as np
 
 from sidecar.errors import ConfigError, DataError
 from sidecar.scoring._base import make_detector
-from sidecar.scoring._calibration import conformal_threshold
+from sidecar.scoring._calibration import DEFAULT_TARGET_FRR, conformal_threshold
 from sidecar.scoring._encoder import Encoder
 from sidecar.scoring._model import OODModel
 from sidecar.scoring._subspace import KBSubspace, select_evr, select_pvalue
@@ -48,7 +48,7 @@ def fit_ood_model(
     criterion: str = "pvalue",
     m: int = 13,
     k: int | None = None,
-    target_frr: float = 0.05,
+    target_frr: float = DEFAULT_TARGET_FRR,
     seed: int = 0,
     detector_params: Mapping[str, Any] | None = None,
     residual_ks: tuple[int, ...] | None = None,

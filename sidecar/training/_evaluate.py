@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from sidecar.errors import ConfigError
-from sidecar.scoring import OODModel
+from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel
 from sidecar.training._datasets import KBTask
 from sidecar.training._metrics import auroc, balanced_accuracy, fpr_at_tpr, paper_accuracy
 from sidecar.training._search import (
@@ -128,7 +128,7 @@ def evaluate_task(
     detectors: Sequence[str] = DETECTORS,
     criterion: str = "pvalue",
     seed: int = 0,
-    target_frr: float = 0.05,
+    target_frr: float = DEFAULT_TARGET_FRR,
     protocol: bool = True,
     grids: Mapping[str, Sequence[Candidate]] | None = None,
     threshold_rule: str = "frr",
@@ -234,7 +234,7 @@ def evaluate_benchmark(
     detectors: Sequence[str] = DETECTORS,
     criterion: str = "pvalue",
     seed: int = 0,
-    target_frr: float = 0.05,
+    target_frr: float = DEFAULT_TARGET_FRR,
     progress: bool = True,
     threshold_rule: str = "frr",
 ) -> dict[str, Any]:

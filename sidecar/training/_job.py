@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from sidecar.errors import ConfigError, DataError
-from sidecar.scoring import OODModel
+from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel
 from sidecar.training._metrics import auroc, balanced_accuracy, fpr_at_tpr, paper_accuracy
 from sidecar.training._report import ReportData, pc_loadings, write_report
 from sidecar.training._search import (
@@ -69,7 +69,7 @@ class TrainConfig:
     m: int | None = None
     m_range: tuple[int, int] | None = None
     features: tuple[str, ...] | None = None
-    target_frr: float = 0.05
+    target_frr: float = DEFAULT_TARGET_FRR
     seed: int = 0
     pca_method: str = "auto"
     threshold_rule: str = "frr"

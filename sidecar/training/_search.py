@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from sidecar.errors import ConfigError, DataError
-from sidecar.scoring import OODModel, detector_class, fit_ood_model
+from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel, detector_class, fit_ood_model
 from sidecar.training._metrics import auroc
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ def carve_splits(
     max_id_fit: int = 6000,
     max_ood_fit: int = 4000,
     max_ood_val: int = 2000,
-    target_frr: float = 0.05,
+    target_frr: float = DEFAULT_TARGET_FRR,
     ood_cal_fraction: float = 0.0,
 ) -> TrainingSplits:
     """Cut training embeddings into fit / validation / calibration parts (seeded).
@@ -300,7 +300,7 @@ def search(
     criterion: str = "pvalue",
     grid: Sequence[Candidate] | None = None,
     seed: int = 0,
-    target_frr: float = 0.05,
+    target_frr: float = DEFAULT_TARGET_FRR,
     pca_method: str = "auto",
     threshold_rule: str = "frr",
 ) -> SearchResult:
@@ -387,7 +387,7 @@ def fixed_fit(
     encoder: Mapping[str, Any],
     criterion: str,
     seed: int = 0,
-    target_frr: float = 0.05,
+    target_frr: float = DEFAULT_TARGET_FRR,
     pca_method: str = "auto",
 ) -> OODModel:
     """Fit one candidate on fit + validation and calibrate it (no search)."""

@@ -9,6 +9,7 @@ def test_all_is_pinned() -> None:
     assert sorted(scoring.__all__) == sorted(
         [
             "DEFAULT_ENCODER",
+            "DEFAULT_TARGET_FRR",
             "INPUT_BLOCKS",
             "CombinedDetector",
             "Encoder",

@@ -34,3 +34,14 @@ def test_too_few_scores_fall_back_to_the_max() -> None:
 def test_bad_target() -> None:
     with pytest.raises(ConfigError):
         conformal_threshold([1.0, 2.0], 0.0)
+
+
+def test_cli_defaults_follow_the_library_default_target_frr() -> None:
+    from click.testing import CliRunner
+
+    from sidecar.cli import main
+    from sidecar.scoring import DEFAULT_TARGET_FRR
+
+    for cmd in ("train", "eval"):
+        out = CliRunner().invoke(main, [cmd, "--help"]).output
+        assert f"[default: {DEFAULT_TARGET_FRR}" in " ".join(out.split()), cmd

@@ -164,6 +164,7 @@ def test_explicit_calibration_set() -> None:
         criterion="evr",
         m=4,
         k=8,
+        target_frr=0.05,
     )
     cal_scores = np.sort(model.score(d["id"][60:]))
     assert model.threshold == cal_scores[int(np.ceil(41 * 0.95)) - 1]

@@ -106,10 +106,23 @@ async def test_every_record_gets_exactly_one_decision_in_order() -> None:
     assert set(out.timings) == {"decode", "encode", "detect", "produce"}
 
 
-async def test_encoder_runs_off_the_event_loop_thread() -> None:
+async def test_encoder_runs_off_the_event_loop_on_one_thread() -> None:
     enc = FakeEncoder()
-    await BatchScorer(enc, holder(default="v1"), POLICY).score(raws({"id": "a", "text": "x"}))
-    assert enc.threads and enc.threads[0] != threading.get_ident()
+    scorer = BatchScorer(enc, holder(default="v1"), POLICY)
+    for i in range(5):
+        await scorer.score(raws({"id": f"q{i}", "text": "x"}))
+    await scorer.score(raws({"id": "p", "text": "POISON"}, {"id": "ok", "text": "y"}))
+    # Every call, retries included, on the same thread, and never on the loop's.
+    assert len(enc.threads) == 8 and len(set(enc.threads)) == 1
+    assert enc.threads[0] != threading.get_ident()
+
+
+def test_encoder_threads_leave_one_cpu_unless_set() -> None:
+    from sidecar.scoring import available_cpus, encoder_threads
+
+    assert available_cpus() >= 1
+    assert encoder_threads(3) == 3
+    assert encoder_threads(0) == max(1, available_cpus() - 1)
 
 
 async def test_one_poison_text_is_dead_lettered_and_its_neighbours_scored() -> None:

@@ -61,6 +61,13 @@ from sidecar.cli._root import bench
     "test texts from ../shared/data (cycled to --queries).",
 )
 @click.option(
+    "--repeat",
+    type=click.IntRange(1, 20),
+    default=1,
+    show_default=True,
+    help="Run the whole benchmark this many times; the report gives medians and every run.",
+)
+@click.option(
     "--workdir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
@@ -74,6 +81,7 @@ def e2e(
     batch_timeout_ms: int,
     encoder_threads: int,
     source: str,
+    repeat: int,
     workdir: Path | None,
 ) -> None:
     """Throughput, latency and memory of the real worker on the embedded broker.
@@ -86,20 +94,26 @@ def e2e(
     throughput_qps, latency_ms_p50/p99, encoder_only_qps, ratio_to_encoder,
     worker_peak_rss_mb, the per-query time split and the targets.
     """
-    from sidecar.stream._bench import run_e2e
+    from sidecar.stream._bench import median_report, run_e2e
 
     work = workdir or Path(tempfile.mkdtemp(prefix="sidecar-bench-e2e-"))
-    work.mkdir(parents=True, exist_ok=True)
-    report = run_e2e(
-        queries=queries,
-        half_rate_queries=half_rate_queries,
-        batch_max=batch_max,
-        batch_timeout_ms=batch_timeout_ms,
-        encoder_threads=encoder_threads,
-        source=source,
-        workdir=work,
-        echo=click.echo,
-    )
+    runs = []
+    for i in range(repeat):
+        run_dir = work / f"run-{i}" if repeat > 1 else work
+        run_dir.mkdir(parents=True, exist_ok=True)
+        runs.append(
+            run_e2e(
+                queries=queries,
+                half_rate_queries=half_rate_queries,
+                batch_max=batch_max,
+                batch_timeout_ms=batch_timeout_ms,
+                encoder_threads=encoder_threads,
+                source=source,
+                workdir=run_dir,
+                echo=click.echo,
+            )
+        )
+    report = runs[0] if repeat == 1 else median_report(runs)
     json_out.parent.mkdir(parents=True, exist_ok=True)
     json_out.write_text(json.dumps(report, indent=2) + "\n")
     click.echo(

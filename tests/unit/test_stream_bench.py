@@ -1,6 +1,7 @@
 """Pure helpers of the end-to-end benchmark."""
 
 import math
+from typing import Any
 
 from sidecar.stream._bench import TARGETS, percentile, scrape
 
@@ -35,3 +36,42 @@ def test_targets_are_the_issue_targets() -> None:
         "latency_ms_p99_half_rate": 50.0,
         "worker_peak_rss_mb": 1500.0,
     }
+
+
+def _run(ratio: float, p99_half: float, rss: float) -> dict[str, Any]:
+    return {
+        "source": "demo",
+        "batch_max": 64,
+        "batch_timeout_ms": 5,
+        "cpu_count": 2,
+        "encoder_threads": 1,
+        "queries": 100,
+        "throughput_qps": 100.0 * ratio,
+        "encoder_only_qps": 100.0,
+        "ratio_to_encoder": ratio,
+        "latency_ms_p50": 10.0,
+        "latency_ms_p99": 20.0,
+        "encoder_only_qps_all_cpus": {"threads": 2, "qps": 150.0},
+        "worker_peak_rss_mb": rss,
+        "half_rate": {
+            "rate_qps": 50.0,
+            "latency_ms_p50": 5.0,
+            "latency_ms_p99": p99_half,
+            "mean_batch_size": 3.0,
+        },
+        "time_split_ms_per_query": {"decode": 0.1, "encode": 4.0, "detect": 0.1, "produce": 0.2},
+    }
+
+
+def test_median_report_takes_medians_the_worst_rss_and_keeps_every_run() -> None:
+    from sidecar.stream._bench import median_report
+
+    runs = [_run(0.80, 40.0, 700.0), _run(0.90, 60.0, 650.0), _run(0.95, 45.0, 1600.0)]
+    rep = median_report(runs)
+    assert rep["ratio_to_encoder"] == 0.9
+    assert rep["half_rate"]["latency_ms_p99"] == 45.0
+    assert rep["worker_peak_rss_mb"] == 1600.0
+    assert rep["targets"]["ratio_to_encoder"]["met"] is True
+    assert rep["targets"]["latency_ms_p99_half_rate"]["met"] is True
+    assert rep["targets"]["worker_peak_rss_mb"]["met"] is False
+    assert rep["runs"] == runs and rep["repeats"] == 3

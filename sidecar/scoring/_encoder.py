@@ -125,9 +125,9 @@ def encoder_threads(setting: int) -> int:
     """torch intra-op threads for ``scoring.encoder_threads`` (0 = automatic).
 
     Automatic leaves one CPU to the event loop, the Kafka client and the neighbours:
-    torch's OpenMP team stalls at every barrier when one of its threads is preempted, and
-    on 2 CPUs beside the broker one thread scored more queries per second than two
-    (``sidecar bench e2e``; see the README).
+    torch's OpenMP team stalls at every barrier when one of its threads is preempted. On 2
+    CPUs beside the broker one thread scored as many queries per second as two, with half
+    the tail latency (``sidecar bench e2e``; see the README).
     """
     if setting > 0:
         return setting

@@ -94,6 +94,9 @@ def train_demo_model(
         id_embeddings=np.asarray(E_id),
         ood_embeddings=np.asarray(E_ood),
         detector=detector,
+        # About 10 calibration queries: 10% is the lowest rate a conformal quantile over
+        # so few supports (the production default, 1%, needs 99).
+        target_frr=0.1,
         seed=seed,
     )
     log.info("demo model for %s: %s, threshold %.4f", kb, model.detector_name, model.threshold)

@@ -61,6 +61,13 @@ from sidecar.cli._root import bench
     "test texts from ../shared/data (cycled to --queries).",
 )
 @click.option(
+    "--encoder-dtype",
+    type=click.Choice(["float32", "bfloat16"]),
+    default="float32",
+    show_default=True,
+    help="scoring.encoder_dtype of the worker and of the encoder-only run.",
+)
+@click.option(
     "--repeat",
     type=click.IntRange(1, 20),
     default=1,
@@ -80,6 +87,7 @@ def e2e(
     batch_max: int,
     batch_timeout_ms: int,
     encoder_threads: int,
+    encoder_dtype: str,
     source: str,
     repeat: int,
     workdir: Path | None,
@@ -108,6 +116,7 @@ def e2e(
                 batch_max=batch_max,
                 batch_timeout_ms=batch_timeout_ms,
                 encoder_threads=encoder_threads,
+                encoder_dtype=encoder_dtype,
                 source=source,
                 workdir=run_dir,
                 echo=click.echo,
@@ -145,13 +154,20 @@ def e2e(
 @click.option("--encoder", default="all-MiniLM-L6-v2")
 @click.option("--repeats", type=int, default=1)
 @click.option("--threads", type=int, default=0, help="torch threads (0: as the worker's default).")
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default="float32")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), required=True)
 def e2e_encoder(
-    texts_file: Path, batch_size: int, encoder: str, repeats: int, threads: int, json_out: Path
+    texts_file: Path,
+    batch_size: int,
+    encoder: str,
+    repeats: int,
+    threads: int,
+    dtype: str,
+    json_out: Path,
 ) -> None:
     """Encoder-only ceiling of `bench e2e` (run in a fresh process by it)."""
     from sidecar.stream._bench import measure_encoder
 
     texts = json.loads(texts_file.read_text())
-    report = measure_encoder(texts, batch_size, encoder, repeats, threads=threads)
+    report = measure_encoder(texts, batch_size, encoder, repeats, threads=threads, dtype=dtype)
     json_out.write_text(json.dumps(report))

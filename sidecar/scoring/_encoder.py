@@ -72,10 +72,18 @@ class SentenceTransformerEncoder:
         torch device, ``"cpu"`` by default.
     threads : int or None
         torch intra-op threads; None leaves torch's default.
+    dtype : {"float32", "bfloat16"}
+        ``bfloat16`` computes the linear layers in bfloat16 (see :mod:`._bf16`); it needs
+        bfloat16 matrix units and raises ``ConfigError`` without them.
     """
 
     def __init__(
-        self, name: str = DEFAULT_ENCODER, *, device: str = "cpu", threads: int | None = None
+        self,
+        name: str = DEFAULT_ENCODER,
+        *,
+        device: str = "cpu",
+        threads: int | None = None,
+        dtype: str = "float32",
     ):
         self._name, self._path = resolve_encoder_path(name)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -94,6 +102,14 @@ class SentenceTransformerEncoder:
         if dim is None:
             raise ConfigError(f"encoder {self._name} does not declare an embedding dimension")
         self._dim = int(dim)
+        if dtype == "bfloat16":
+            from sidecar.scoring._bf16 import bf16_linears
+
+            n = bf16_linears(self._model, device)
+            log.info("encoder %s: %s linear layers in bfloat16", self._name, n)
+        elif dtype != "float32":
+            raise ConfigError(f"encoder dtype must be 'float32' or 'bfloat16', got {dtype!r}")
+        self.dtype = dtype
         self._lock = threading.Lock()
 
     @property

@@ -193,7 +193,10 @@ def create_app(
         from sidecar.scoring import SentenceTransformerEncoder, encoder_threads
 
         encoder = SentenceTransformerEncoder(
-            sc.encoder, device=sc.device, threads=encoder_threads(sc.encoder_threads)
+            sc.encoder,
+            device=sc.device,
+            threads=encoder_threads(sc.encoder_threads),
+            dtype=sc.encoder_dtype,
         )
     holder = holder if holder is not None else ModelHolder(sc.kbs)
     owns_store = store is None

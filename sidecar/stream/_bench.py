@@ -170,7 +170,13 @@ async def _run_phase(
 
 
 def encoder_only_qps(
-    texts: list[str], batch_size: int, *, encoder: str, threads: int, repeats: int = 1
+    texts: list[str],
+    batch_size: int,
+    *,
+    encoder: str,
+    threads: int,
+    dtype: str = "float32",
+    repeats: int = 1,
 ) -> float:
     """Embedding throughput of a fresh child process (same process type as the worker)."""
     with tempfile.TemporaryDirectory(prefix="sidecar-bench-") as tmp:
@@ -194,13 +200,21 @@ def encoder_only_qps(
             str(repeats),
             "--threads",
             str(threads),
+            "--dtype",
+            dtype,
         ]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         return float(json.loads(out.read_text())["encoder_only_qps"])
 
 
 def measure_encoder(
-    texts: list[str], batch_size: int, encoder_name: str, repeats: int, *, threads: int = 0
+    texts: list[str],
+    batch_size: int,
+    encoder_name: str,
+    repeats: int,
+    *,
+    threads: int = 0,
+    dtype: str = "float32",
 ) -> dict[str, Any]:
     """Body of ``sidecar bench e2e-encoder``: embed ``texts`` in batches, best of ``repeats``.
 
@@ -212,7 +226,7 @@ def measure_encoder(
     from sidecar.stream._batch import EncoderThread
 
     n_threads = encoder_threads(threads)
-    enc = EncoderThread(SentenceTransformerEncoder(encoder_name, threads=n_threads))
+    enc = EncoderThread(SentenceTransformerEncoder(encoder_name, threads=n_threads, dtype=dtype))
 
     async def run() -> float:
         texts_warm = texts[:batch_size]
@@ -232,6 +246,7 @@ def measure_encoder(
         "queries": len(texts),
         "batch_size": batch_size,
         "encoder_threads": n_threads,
+        "encoder_dtype": dtype,
         "calling_thread": "one dedicated encoder thread (as in the worker)",
     }
 
@@ -260,6 +275,7 @@ def run_e2e(
     source: str,
     workdir: Path,
     encoder_threads: int = 0,
+    encoder_dtype: str = "float32",
     timeout_s: float = 600.0,
     echo: Callable[[str], None] = print,
 ) -> dict[str, Any]:
@@ -297,6 +313,7 @@ def run_e2e(
                 "batch_max": batch_max,
                 "batch_timeout_ms": batch_timeout_ms,
                 "encoder_threads": encoder_threads,
+                "encoder_dtype": encoder_dtype,
             },
             web={"host": "127.0.0.1", "port": free_port()},
         )
@@ -362,12 +379,22 @@ def run_e2e(
     echo("measuring the encoder alone in a fresh process ...")
     threads = resolve_threads(encoder_threads)
     enc_qps = encoder_only_qps(
-        texts, batch_max, encoder=settings.scoring.encoder, threads=threads, repeats=2
+        texts,
+        batch_max,
+        encoder=settings.scoring.encoder,
+        threads=threads,
+        dtype=encoder_dtype,
+        repeats=2,
     )
     cpus = available_cpus()
     enc_all = (
         encoder_only_qps(
-            texts, batch_max, encoder=settings.scoring.encoder, threads=cpus, repeats=2
+            texts,
+            batch_max,
+            encoder=settings.scoring.encoder,
+            threads=cpus,
+            dtype=encoder_dtype,
+            repeats=2,
         )
         if cpus != threads
         else enc_qps
@@ -381,6 +408,7 @@ def run_e2e(
             "latency_ms_p50": sat["latency_ms_p50"],
             "latency_ms_p99": sat["latency_ms_p99"],
             "encoder_threads": threads,
+            "encoder_dtype": encoder_dtype,
             "encoder_only_qps": enc_qps,
             "ratio_to_encoder": round(sat["throughput_qps"] / enc_qps, 3) if enc_qps else None,
             # The encoder alone on every CPU, nothing beside it: not the worker's setting,
@@ -448,6 +476,7 @@ def median_report(runs: list[dict[str, Any]]) -> dict[str, Any]:
         {
             "cpu_count": runs[0]["cpu_count"],
             "encoder_threads": runs[0]["encoder_threads"],
+            "encoder_dtype": runs[0].get("encoder_dtype", "float32"),
             "repeats": len(runs),
             "aggregate": "median over runs (worker_peak_rss_mb: the largest)",
             "queries": runs[0]["queries"],

@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from scipy.special import logsumexp
 
 from sidecar.errors import DataError
 from sidecar.scoring._base import OODDetector, as_2d, as_labels, register, require_array
@@ -388,7 +387,15 @@ class GMMDetector(OODDetector):
         return self
 
     def _cache(self) -> None:
-        self._parts = [self._prep(self.id_)] + ([self._prep(self.ood_)] if self.ood_ else [])
+        # Every component of both classes in one matrix, so a batch costs one product:
+        # x @ W holds (x) L_k for each component k side by side.
+        parts = [self._prep(self.id_)] + ([self._prep(self.ood_)] if self.ood_ else [])
+        L = np.concatenate([p[0] for p in parts])  # (K, d, d)
+        k, d = L.shape[0], L.shape[1]
+        self._W = np.ascontiguousarray(L.transpose(1, 0, 2).reshape(d, k * d))
+        self._muL = np.concatenate([p[1] for p in parts]).reshape(k * d)
+        self._const = np.concatenate([p[2] for p in parts])
+        self._n_id_components = parts[0][0].shape[0]
 
     @staticmethod
     def _prep(g: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -404,13 +411,6 @@ class GMMDetector(OODDetector):
         )
         return L, mu_L, const
 
-    @staticmethod
-    def _loglik(X: np.ndarray, part: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
-        L, mu_L, const = part
-        Y = np.matmul(X, L) - mu_L[:, None, :]
-        lp = const[:, None] - 0.5 * np.einsum("kil,kil->ki", Y, Y)
-        return np.asarray(logsumexp(lp, axis=0))
-
     def score_samples(self, X: Any) -> np.ndarray:
         """OOD score, higher = more out-of-domain; shape (n,).
 
@@ -419,10 +419,15 @@ class GMMDetector(OODDetector):
         X : ndarray of shape (n_queries, n_features)
         """
         X = self._check_X(X)
-        ll_id = self._loglik(X, self._parts[0])
-        if len(self._parts) == 1:
+        n, k = X.shape[0], self._const.shape[0]
+        Y = X @ self._W
+        Y -= self._muL
+        Y *= Y
+        lp = self._const - 0.5 * Y.reshape(n, k, -1).sum(axis=2)  # (n, K) log p(x, k)
+        ll_id = _logsumexp_rows(lp[:, : self._n_id_components])
+        if self._n_id_components == k:
             return -ll_id
-        return self._loglik(X, self._parts[1]) - ll_id
+        return _logsumexp_rows(lp[:, self._n_id_components :]) - ll_id
 
     def _learned(self) -> dict[str, Any]:
         return {"class_conditional_": self.ood_ is not None}
@@ -452,3 +457,9 @@ class GMMDetector(OODDetector):
         self.id_ = part("id")
         self.ood_ = part("ood") if learned["class_conditional_"] else None
         self._cache()
+
+
+def _logsumexp_rows(a: np.ndarray) -> np.ndarray:
+    """log(sum(exp(a), axis=1)) without overflow; shape (n,)."""
+    top = a.max(axis=1)
+    return np.asarray(top + np.log(np.exp(a - top[:, None]).sum(axis=1)))

@@ -169,13 +169,15 @@ def test_ball_and_cube_match_brute_force(det: Any, p: float) -> None:
     cap = np.inf if det.score_cap is None else det.score_cap
     d_id = np.minimum(_brute_dist(Q, X_id, p) / eps, cap)
     kept = d_id - np.minimum(_brute_dist(Q, det.ood_points_, p), eps) / eps
-    np.testing.assert_allclose(det.score_samples(Q), kept, rtol=1e-12, atol=1e-12)
+    # The ball's score comes from float32 matrix products (documented): ~1e-6 of the exact.
+    tol = 1e-5 if p == 2.0 else 1e-12
+    np.testing.assert_allclose(det.score_samples(Q), kept, rtol=tol, atol=tol)
     full = d_id - np.minimum(_brute_dist(Q, X_ood, p), eps) / eps
     inside = bf_id > 0
-    np.testing.assert_allclose(det.score_samples(Q)[inside], full[inside], atol=1e-12)
+    np.testing.assert_allclose(det.score_samples(Q)[inside], full[inside], atol=tol)
     # Elsewhere dropping OOD points can only lower the score, and it stays above 0 (OOD).
     ours = det.score_samples(Q)
-    assert (ours <= full + 1e-12).all() and (ours[~inside] > 0).all()
+    assert (ours <= full + tol).all() and (ours[~inside] > 0).all()
 
 
 def test_score_cap_bounds_the_distance_term() -> None:
@@ -300,3 +302,15 @@ def test_wrong_feature_count_is_refused() -> None:
     det = LogRegDetector().fit(X, y)
     with pytest.raises(DataError):
         det.score_samples(np.zeros((2, M + 1)))
+
+
+def test_brute_force_nearest_matches_the_kd_tree_in_every_chunk() -> None:
+    from scipy.spatial import cKDTree
+
+    from sidecar.scoring._geometric import _BruteL2
+
+    rng = np.random.default_rng(11)
+    P, Q = rng.normal(size=(500, M)), rng.normal(size=(37, M)) * 2
+    exact, _ = cKDTree(P).query(Q, k=1)
+    got = _BruteL2(P, chunk_cells=500 * 4).nearest(Q)  # 4 queries per product: 10 chunks
+    np.testing.assert_allclose(got, exact, rtol=1e-5, atol=1e-5)

@@ -87,6 +87,14 @@ class ScoringSettings(_Section):
     device: str = "cpu"
     kbs: tuple[str, ...] = ("default",)
     default_kb: str = "default"
+    encoder_backend: Literal["torch", "onnx"] = Field(
+        "torch",
+        description="onnx: the same encoder exported once and run by ONNX Runtime "
+        "(embeddings checked against torch at every load)",
+    )
+    onnx_cache_dir: Path = Field(
+        Path("~/.cache/ood-sidecar/onnx"), description="where ONNX exports are kept"
+    )
     encoder_dtype: Literal["float32", "bfloat16"] = Field(
         "float32",
         description="bfloat16: the encoder's linear layers in bfloat16 (needs AMX or "

@@ -68,6 +68,13 @@ from sidecar.cli._root import bench
     help="scoring.encoder_dtype of the worker and of the encoder-only run.",
 )
 @click.option(
+    "--encoder-backend",
+    type=click.Choice(["torch", "onnx"]),
+    default="torch",
+    show_default=True,
+    help="scoring.encoder_backend of the worker and of the encoder-only run.",
+)
+@click.option(
     "--repeat",
     type=click.IntRange(1, 20),
     default=1,
@@ -88,6 +95,7 @@ def e2e(
     batch_timeout_ms: int,
     encoder_threads: int,
     encoder_dtype: str,
+    encoder_backend: str,
     source: str,
     repeat: int,
     workdir: Path | None,
@@ -117,6 +125,7 @@ def e2e(
                 batch_timeout_ms=batch_timeout_ms,
                 encoder_threads=encoder_threads,
                 encoder_dtype=encoder_dtype,
+                encoder_backend=encoder_backend,
                 source=source,
                 workdir=run_dir,
                 echo=click.echo,
@@ -155,6 +164,7 @@ def e2e(
 @click.option("--repeats", type=int, default=1)
 @click.option("--threads", type=int, default=0, help="torch threads (0: as the worker's default).")
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default="float32")
+@click.option("--backend", type=click.Choice(["torch", "onnx"]), default="torch")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), required=True)
 def e2e_encoder(
     texts_file: Path,
@@ -163,11 +173,14 @@ def e2e_encoder(
     repeats: int,
     threads: int,
     dtype: str,
+    backend: str,
     json_out: Path,
 ) -> None:
     """Encoder-only ceiling of `bench e2e` (run in a fresh process by it)."""
     from sidecar.stream._bench import measure_encoder
 
     texts = json.loads(texts_file.read_text())
-    report = measure_encoder(texts, batch_size, encoder, repeats, threads=threads, dtype=dtype)
+    report = measure_encoder(
+        texts, batch_size, encoder, repeats, threads=threads, dtype=dtype, backend=backend
+    )
     json_out.write_text(json.dumps(report))

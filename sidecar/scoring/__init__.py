@@ -30,6 +30,7 @@ from sidecar.scoring._encoder import (
     SentenceTransformerEncoder,
     available_cpus,
     encoder_threads,
+    load_encoder,
 )
 from sidecar.scoring._fit import fit_ood_model
 from sidecar.scoring._geometric import EpsilonBall, EpsilonCube, EpsilonRect
@@ -62,6 +63,7 @@ __all__ = [
     "detector_kinds",
     "encoder_threads",
     "fit_ood_model",
+    "load_encoder",
     "make_detector",
     "select_evr",
     "select_pvalue",

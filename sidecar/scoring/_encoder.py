@@ -13,7 +13,7 @@ import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -160,3 +160,24 @@ def available_cpus() -> int:
     except (OSError, ValueError):
         pass
     return n
+
+
+def load_encoder(scoring: Any) -> Encoder:
+    """The encoder a ``ScoringSettings`` section asks for (backend, device, threads, dtype).
+
+    Raises
+    ------
+    ConfigError
+        An unsupported combination (e.g. bfloat16 with the onnx backend) or a missing
+        package.
+    """
+    threads = encoder_threads(scoring.encoder_threads)
+    if scoring.encoder_backend == "onnx":
+        if scoring.encoder_dtype != "float32" or scoring.device != "cpu":
+            raise ConfigError("scoring.encoder_backend=onnx runs float32 on the CPU only")
+        from sidecar.scoring._onnx import OnnxEncoder
+
+        return OnnxEncoder(scoring.encoder, threads=threads, cache_dir=scoring.onnx_cache_dir)
+    return SentenceTransformerEncoder(
+        scoring.encoder, device=scoring.device, threads=threads, dtype=scoring.encoder_dtype
+    )

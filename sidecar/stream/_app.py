@@ -190,14 +190,9 @@ def create_app(
     if sc.default_kb not in sc.kbs:
         raise ConfigError(f"scoring.default_kb {sc.default_kb!r} is not in scoring.kbs {sc.kbs}")
     if encoder is None:
-        from sidecar.scoring import SentenceTransformerEncoder, encoder_threads
+        from sidecar.scoring import load_encoder
 
-        encoder = SentenceTransformerEncoder(
-            sc.encoder,
-            device=sc.device,
-            threads=encoder_threads(sc.encoder_threads),
-            dtype=sc.encoder_dtype,
-        )
+        encoder = load_encoder(sc)
     holder = holder if holder is not None else ModelHolder(sc.kbs)
     owns_store = store is None
     store = store if store is not None else open_async_store(settings)

@@ -176,6 +176,7 @@ def encoder_only_qps(
     encoder: str,
     threads: int,
     dtype: str = "float32",
+    backend: str = "torch",
     repeats: int = 1,
 ) -> float:
     """Embedding throughput of a fresh child process (same process type as the worker)."""
@@ -202,6 +203,8 @@ def encoder_only_qps(
             str(threads),
             "--dtype",
             dtype,
+            "--backend",
+            backend,
         ]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         return float(json.loads(out.read_text())["encoder_only_qps"])
@@ -215,6 +218,7 @@ def measure_encoder(
     *,
     threads: int = 0,
     dtype: str = "float32",
+    backend: str = "torch",
 ) -> dict[str, Any]:
     """Body of ``sidecar bench e2e-encoder``: embed ``texts`` in batches, best of ``repeats``.
 
@@ -222,11 +226,18 @@ def measure_encoder(
     the worker calls the encoder: torch's intra-op threading differs between the main
     thread and other threads, and on a busy machine that alone changes throughput by 2x.
     """
-    from sidecar.scoring import SentenceTransformerEncoder, encoder_threads
+    from sidecar.scoring import encoder_threads, load_encoder
+    from sidecar.settings import ScoringSettings
     from sidecar.stream._batch import EncoderThread
 
     n_threads = encoder_threads(threads)
-    enc = EncoderThread(SentenceTransformerEncoder(encoder_name, threads=n_threads, dtype=dtype))
+    sc = ScoringSettings(
+        encoder=encoder_name,
+        encoder_threads=n_threads,
+        encoder_dtype=dtype,
+        encoder_backend=backend,
+    )
+    enc = EncoderThread(load_encoder(sc))
 
     async def run() -> float:
         texts_warm = texts[:batch_size]
@@ -247,6 +258,7 @@ def measure_encoder(
         "batch_size": batch_size,
         "encoder_threads": n_threads,
         "encoder_dtype": dtype,
+        "encoder_backend": backend,
         "calling_thread": "one dedicated encoder thread (as in the worker)",
     }
 
@@ -276,6 +288,7 @@ def run_e2e(
     workdir: Path,
     encoder_threads: int = 0,
     encoder_dtype: str = "float32",
+    encoder_backend: str = "torch",
     timeout_s: float = 600.0,
     echo: Callable[[str], None] = print,
 ) -> dict[str, Any]:
@@ -314,6 +327,7 @@ def run_e2e(
                 "batch_timeout_ms": batch_timeout_ms,
                 "encoder_threads": encoder_threads,
                 "encoder_dtype": encoder_dtype,
+                "encoder_backend": encoder_backend,
             },
             web={"host": "127.0.0.1", "port": free_port()},
         )
@@ -384,6 +398,7 @@ def run_e2e(
         encoder=settings.scoring.encoder,
         threads=threads,
         dtype=encoder_dtype,
+        backend=encoder_backend,
         repeats=2,
     )
     cpus = available_cpus()
@@ -394,6 +409,7 @@ def run_e2e(
             encoder=settings.scoring.encoder,
             threads=cpus,
             dtype=encoder_dtype,
+            backend=encoder_backend,
             repeats=2,
         )
         if cpus != threads
@@ -409,6 +425,7 @@ def run_e2e(
             "latency_ms_p99": sat["latency_ms_p99"],
             "encoder_threads": threads,
             "encoder_dtype": encoder_dtype,
+            "encoder_backend": encoder_backend,
             "encoder_only_qps": enc_qps,
             "ratio_to_encoder": round(sat["throughput_qps"] / enc_qps, 3) if enc_qps else None,
             # The encoder alone on every CPU, nothing beside it: not the worker's setting,
@@ -477,6 +494,7 @@ def median_report(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "cpu_count": runs[0]["cpu_count"],
             "encoder_threads": runs[0]["encoder_threads"],
             "encoder_dtype": runs[0].get("encoder_dtype", "float32"),
+            "encoder_backend": runs[0].get("encoder_backend", "torch"),
             "repeats": len(runs),
             "aggregate": "median over runs (worker_peak_rss_mb: the largest)",
             "queries": runs[0]["queries"],

@@ -50,7 +50,7 @@ def test_torch_cpu_is_installed_before_the_project() -> None:
     project_at = [
         i
         for i, run in enumerate(runs)
-        if re.search(r"pip install\b.*(\s\.|\s/src)(\s|$|\[)", run + " ") and TORCH not in run
+        if re.search(r"pip install\b.*\s\"?(\.|/src)(\s|$|\[|\")", run + " ") and TORCH not in run
     ]
     assert project_at, "no RUN installs the project"
     assert torch_at[0] < project_at[0]

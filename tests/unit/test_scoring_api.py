@@ -33,6 +33,7 @@ def test_all_is_pinned() -> None:
             "detector_kinds",
             "encoder_threads",
             "fit_ood_model",
+            "load_encoder",
             "make_detector",
             "select_evr",
             "select_pvalue",

@@ -279,7 +279,7 @@ def create_app(
                 event.message.incref()  # hold: the stream's own ack must not be the final one
                 await batcher.put(event)
         finally:
-            # Stopping (SIGTERM, rebalance): finish and publish the batch being scored;
+            # Stopping (SIGTERM, or a failure): finish and publish the batch being scored;
             # queued events keep their hold, stay uncommitted and are delivered again.
             await batcher.close()
             await rt.drain()

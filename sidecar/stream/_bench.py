@@ -392,29 +392,21 @@ def run_e2e(
             worker.terminate()
     echo("measuring the encoder alone in a fresh process ...")
     threads = resolve_threads(encoder_threads)
-    enc_qps = encoder_only_qps(
-        texts,
-        batch_max,
-        encoder=settings.scoring.encoder,
-        threads=threads,
-        dtype=encoder_dtype,
-        backend=encoder_backend,
-        repeats=2,
-    )
-    cpus = available_cpus()
-    enc_all = (
-        encoder_only_qps(
+
+    def ceiling(n_threads: int) -> float:
+        return encoder_only_qps(
             texts,
             batch_max,
             encoder=settings.scoring.encoder,
-            threads=cpus,
+            threads=n_threads,
             dtype=encoder_dtype,
             backend=encoder_backend,
             repeats=2,
         )
-        if cpus != threads
-        else enc_qps
-    )
+
+    enc_qps = ceiling(threads)
+    cpus = available_cpus()
+    enc_all = ceiling(cpus) if cpus != threads else enc_qps
     split, n, batches = _split(before, after)
     half_split, n_half_seen, half_batches = _split(half_before, half_after)
     report.update(

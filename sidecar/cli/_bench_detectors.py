@@ -200,6 +200,36 @@ def _references(model: Any, test: np.ndarray, repeats: int, min_time: float) -> 
     }
 
 
+def _kdtree_references(
+    models: dict[str, Any], test: np.ndarray, repeats: int, min_time: float
+) -> dict[str, Any]:
+    """The cube's and rectangle's nearest-ID search: compiled scan vs the KD-tree."""
+    out: dict[str, Any] = {}
+    for kind in ("epsilon_cube", "epsilon_rect"):
+        if kind not in models:
+            continue
+        model = models[kind]
+        det = model.detector
+        Q = det._scaled(model.features(test[:256]))
+        bound = float(det.score_cap or np.inf) * det.epsilon_
+
+        def tree(X: np.ndarray, det: Any = det, bound: float = bound) -> Any:
+            return det._tree_id.query(X, k=1, p=np.inf, distance_upper_bound=bound)
+
+        def scan(X: np.ndarray, det: Any = det, bound: float = bound) -> Any:
+            return det._brute_id.nearest(X, bound)
+
+        t_tree = _us_per_query(tree, Q, repeats, min_time)
+        t_scan = _us_per_query(scan, Q, repeats, min_time)
+        out[f"{kind}_nearest_id"] = {
+            "kdtree_us_per_query_batch256": t_tree,
+            "scan_us_per_query_batch256": t_scan,
+            "speedup": t_tree / t_scan if t_scan else None,
+            "n_id_points": len(det.id_points_),
+        }
+    return out
+
+
 def _scale(
     m_values: list[int],
     n_values: list[int],
@@ -345,6 +375,7 @@ def detectors_cmd(
             if "epsilon_ball" in models
             else {}
         )
+        reference.update(_kdtree_references(models, data["test"], repeats, min_time))
         progress.set_description("scaling")
         scale = _scale(ms, ns, repeats, min_time, seed, progress)
     if limits is not None:

@@ -28,15 +28,18 @@ def test_bench_detectors_json_shape(tmp_path: Path) -> None:
             "--scale-m",
             "8",
             "--detectors",
-            "epsilon_ball,residual",
+            "epsilon_ball,epsilon_cube,residual",
         ],
     )
     assert result.exit_code == 0, result.output
     doc = json.loads(out.read_text())
-    assert set(doc["detectors"]) == {"epsilon_ball", "residual"}
+    assert set(doc["detectors"]) == {"epsilon_ball", "epsilon_cube", "residual"}
     for row in doc["detectors"].values():
         assert row["us_per_query_batch1"] > 0 and row["us_per_query_batch256"] > 0
     assert doc["reference"]["sklearn_RadiusNeighborsClassifier"]["us_per_query_batch256"] > 0
+    cube = doc["reference"]["epsilon_cube_nearest_id"]
+    assert cube["kdtree_us_per_query_batch256"] > 0 and cube["scan_us_per_query_batch256"] > 0
+    assert "epsilon_rect_nearest_id" not in doc["reference"]  # only the detectors asked for
     assert set(doc["scale"]["by_n_train"]["epsilon_cube"]) == {"300"}
     assert set(doc["scale"]["by_m"]["logreg"]) == {"8"}
     assert doc["machine"]["cpu_count"] >= 1

@@ -169,8 +169,8 @@ def test_ball_and_cube_match_brute_force(det: Any, p: float) -> None:
     cap = np.inf if det.score_cap is None else det.score_cap
     d_id = np.minimum(_brute_dist(Q, X_id, p) / eps, cap)
     kept = d_id - np.minimum(_brute_dist(Q, det.ood_points_, p), eps) / eps
-    # The ball's score comes from float32 matrix products (documented): ~1e-6 of the exact.
-    tol = 1e-5 if p == 2.0 else 1e-12
+    # The scores come from float32 kernels (documented): ~1e-6 of the exact.
+    tol = 1e-5
     np.testing.assert_allclose(det.score_samples(Q), kept, rtol=tol, atol=tol)
     full = d_id - np.minimum(_brute_dist(Q, X_ood, p), eps) / eps
     inside = bf_id > 0
@@ -314,3 +314,25 @@ def test_brute_force_nearest_matches_the_kd_tree_in_every_chunk() -> None:
     exact, _ = cKDTree(P).query(Q, k=1)
     got = _BruteL2(P, chunk_cells=500 * 4).nearest(Q)  # 4 queries per product: 10 chunks
     np.testing.assert_allclose(got, exact, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("leaf", [7, 256])
+def test_linf_scan_matches_the_kd_tree_with_and_without_a_bound(leaf: int) -> None:
+    from scipy.spatial import cKDTree
+
+    from sidecar.scoring._linf import BruteLinf
+
+    rng = np.random.default_rng(12)
+    P = rng.normal(size=(600, M)) * np.r_[3.0, 1.0, 0.5, 0.2]
+    Q = rng.normal(size=(50, M)) * 4.0
+    exact, _ = cKDTree(P).query(Q, k=1, p=np.inf)
+    scan = BruteLinf(P, leaf=leaf)  # leaf 7: ~128 blocks, most of them pruned
+    np.testing.assert_allclose(scan.nearest(Q, np.inf), exact, rtol=1e-5, atol=1e-5)
+    bound = float(np.median(exact))
+    got = scan.nearest(Q, bound)
+    np.testing.assert_allclose(got, np.minimum(exact, bound), rtol=1e-5, atol=1e-5)
+    assert (got == np.float32(bound)).sum() >= len(Q) // 2 - 1  # capped past the bound
+    with pytest.raises(ValueError, match="non-empty"):
+        BruteLinf(np.zeros((0, M)))
+    with pytest.raises(ValueError, match="columns"):
+        scan.nearest(np.zeros((1, M + 1)), 1.0)

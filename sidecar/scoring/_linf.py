@@ -1,0 +1,142 @@
+"""Nearest Chebyshev (L-inf) distances by a compiled, pruned scan over blocks of points.
+
+The epsilon-cube and epsilon-rect score a query by its L-inf distance to the nearest
+training point. L-inf has no matrix-product form (the epsilon-ball's trick), and with
+13 PCs a KD-tree visits many of its leaves anyway, most of all for the rectangle, whose
+axes are rescaled to equal spread (12.8 us per query for 1,400 points on one core here,
+against 1.8 for a plain compiled scan of every point).
+
+So the points are split once, at fit, into blocks of at most ``leaf`` points by
+recursive median cuts along the widest axis, and each block keeps its bounding box.
+For each query the kernel computes the L-inf distance to every block's box (a lower
+bound for every point in it), scans the nearest block first, then every other block
+whose bound is still below the best distance so far. Within a block the coordinates are
+stored axis-major, so the inner loop runs over points and the compiler vectorises it.
+
+Compiled by numba, once per process (and cached on disk when the package directory or
+numba's user cache is writable); ``warm()`` compiles at model load rather than on the
+first query. Arithmetic is float32, so distances agree with a float64 search to about
+1e-7 relative.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+# Blocks of 256: fewer boxes to bound per query; measured best of 32-512 at 1k-100k points.
+LEAF = 256
+
+
+@numba.njit(cache=True, nogil=True, fastmath=True)
+def _nearest_kernel(
+    Q: np.ndarray,
+    Pt: np.ndarray,
+    starts: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    bound: float,
+    out: np.ndarray,
+) -> None:  # pragma: no cover - compiled; exercised through BruteLinf
+    n_queries, m = Q.shape
+    n_blocks = starts.shape[0] - 1
+    lower = np.empty(n_blocks, dtype=np.float32)
+    width = 0
+    for b in range(n_blocks):
+        width = max(width, starts[b + 1] - starts[b])
+    acc = np.empty(width, dtype=np.float32)
+    for i in range(n_queries):
+        first = 0
+        for b in range(n_blocks):
+            g = np.float32(0.0)
+            for j in range(m):
+                below = lo[b, j] - Q[i, j]
+                above = Q[i, j] - hi[b, j]
+                if below > g:
+                    g = below
+                if above > g:
+                    g = above
+            lower[b] = g
+            if g < lower[first]:
+                first = b
+        best = np.float32(bound)
+        for t in range(-1, n_blocks):
+            # The nearest box first, so that the best distance prunes the rest early.
+            b = first if t < 0 else t
+            if (t >= 0 and b == first) or lower[b] >= best:
+                continue
+            s = starts[b]
+            w = starts[b + 1] - s
+            # Index contiguous row slices from 0: an offset index would need numba's
+            # negative-index check, which stops the loop from vectorising (5x slower).
+            row = Pt[0, s : s + w]
+            q0 = Q[i, 0]
+            for k in range(w):
+                acc[k] = abs(q0 - row[k])
+            for j in range(1, m):
+                row = Pt[j, s : s + w]
+                qj = Q[i, j]
+                for k in range(w):
+                    d = abs(qj - row[k])
+                    if d > acc[k]:
+                        acc[k] = d
+            for k in range(w):
+                if acc[k] < best:
+                    best = acc[k]
+        out[i] = best
+
+
+def _blocks(P: np.ndarray, leaf: int) -> list[np.ndarray]:
+    """Row indices of ``P`` grouped into blocks of at most ``leaf`` nearby points."""
+    done: list[np.ndarray] = []
+    stack = [np.arange(P.shape[0])]
+    while stack:
+        idx = stack.pop()
+        if idx.size <= leaf:
+            done.append(idx)
+            continue
+        sub = P[idx]
+        axis = int(np.argmax(sub.max(axis=0) - sub.min(axis=0)))
+        half = idx.size // 2
+        part = np.argpartition(sub[:, axis], half)
+        stack.append(idx[part[half:]])
+        stack.append(idx[part[:half]])
+    return done
+
+
+class BruteLinf:
+    """Nearest L-inf distances to fixed points, each capped at a bound.
+
+    Parameters
+    ----------
+    P : ndarray of shape (n_points, m), n_points >= 1
+    leaf : int
+        Most points per block.
+    """
+
+    def __init__(self, P: np.ndarray, leaf: int = LEAF) -> None:
+        P32 = np.asarray(P, dtype=np.float32)
+        if P32.ndim != 2 or P32.shape[0] == 0:
+            raise ValueError("BruteLinf needs a non-empty (n_points, m) array")
+        blocks = _blocks(P32, leaf)
+        order = np.concatenate(blocks)
+        self._Pt = np.ascontiguousarray(P32[order].T)
+        self._starts = np.r_[0, np.cumsum([b.size for b in blocks])].astype(np.int64)
+        self._lo = np.ascontiguousarray(np.stack([P32[b].min(axis=0) for b in blocks]))
+        self._hi = np.ascontiguousarray(np.stack([P32[b].max(axis=0) for b in blocks]))
+
+    def nearest(self, Q: np.ndarray, bound: float) -> np.ndarray:
+        """ndarray of shape (n_queries,), float64: min(distance to nearest point, bound)."""
+        Q32 = np.ascontiguousarray(Q, dtype=np.float32)
+        if Q32.ndim != 2 or Q32.shape[1] != self._Pt.shape[0]:
+            raise ValueError(f"queries must have {self._Pt.shape[0]} columns")
+        out = np.empty(Q32.shape[0], dtype=np.float64)
+        finite = float(np.finfo(np.float32).max) if not np.isfinite(bound) else float(bound)
+        _nearest_kernel(Q32, self._Pt, self._starts, self._lo, self._hi, finite, out)
+        if not np.isfinite(bound):
+            out[out >= finite] = np.inf
+        return out
+
+    def warm(self) -> None:
+        """Compile the kernel now (the first call in a process takes about half a second)."""
+        self.nearest(np.asarray(self._Pt[:, :1].T), 1.0)

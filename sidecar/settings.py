@@ -87,10 +87,11 @@ class ScoringSettings(_Section):
     device: str = "cpu"
     kbs: tuple[str, ...] = ("default",)
     default_kb: str = "default"
-    encoder_backend: Literal["torch", "onnx"] = Field(
-        "torch",
+    encoder_backend: Literal["auto", "torch", "onnx"] = Field(
+        "auto",
         description="onnx: the same encoder exported once and run by ONNX Runtime "
-        "(embeddings checked against torch at every load)",
+        "(embeddings checked against torch at every load); auto: onnx where it loads and "
+        "checks out for a float32 CPU encoder, torch otherwise (logged)",
     )
     onnx_cache_dir: Path = Field(
         Path("~/.cache/ood-sidecar/onnx"), description="where ONNX exports are kept"

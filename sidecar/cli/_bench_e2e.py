@@ -69,10 +69,11 @@ from sidecar.cli._root import bench
 )
 @click.option(
     "--encoder-backend",
-    type=click.Choice(["torch", "onnx"]),
-    default="torch",
+    type=click.Choice(["auto", "torch", "onnx"]),
+    default="auto",
     show_default=True,
-    help="scoring.encoder_backend of the worker and of the encoder-only run.",
+    help="scoring.encoder_backend of the worker; the encoder-only run uses the backend "
+    "the worker resolved (auto: onnx where it loads, else torch).",
 )
 @click.option(
     "--repeat",

@@ -95,6 +95,7 @@ class OnnxEncoder:
             str(onnx_path), opts, providers=["CPUExecutionProvider"]
         )
         self._lock = threading.Lock()
+        self.backend = "onnx"
 
         ref = np.asarray(
             st.encode(list(_PROBES), normalize_embeddings=True, show_progress_bar=False),

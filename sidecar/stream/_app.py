@@ -23,6 +23,7 @@ batch overlaps the encoding of the next.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import tempfile
 import time
@@ -153,6 +154,23 @@ class Runtime:
         self.metrics.observe_batch(outcome, time.time() * 1000.0)
 
 
+def freeze_startup_heap() -> float:
+    """Collect once, then move every surviving object out of the garbage collector's view.
+
+    torch, transformers and faust leave about half a million tracked objects after start;
+    one full collection over them takes about 200 ms on one core, holds the GIL and so
+    stops the event loop and the encoder thread at once (seen as a 230 ms half-rate p99
+    in one benchmark run of three). Frozen objects are never scanned again, so later
+    full collections only walk what the stream allocates. Returns the collection's ms.
+    """
+    t0 = time.perf_counter()
+    gc.collect()
+    gc.freeze()
+    ms = (time.perf_counter() - t0) * 1000.0
+    log.info("startup heap frozen: %s objects, collection took %.0f ms", gc.get_freeze_count(), ms)
+    return ms
+
+
 def create_app(
     settings: Settings,
     *,
@@ -270,6 +288,7 @@ def create_app(
     async def score(stream: Any) -> None:
         await rt.warm_up()
         await rt.wait_models()
+        freeze_startup_heap()
         batcher: MicroBatcher[Any] = MicroBatcher(
             rt.handle, max_size=sc.batch_max, linger_s=sc.batch_timeout_ms / 1000.0
         )

@@ -288,7 +288,7 @@ def run_e2e(
     workdir: Path,
     encoder_threads: int = 0,
     encoder_dtype: str = "float32",
-    encoder_backend: str = "torch",
+    encoder_backend: str = "auto",
     timeout_s: float = 600.0,
     echo: Callable[[str], None] = print,
 ) -> dict[str, Any]:
@@ -341,7 +341,8 @@ def run_e2e(
             store = open_store(settings)
             publish(store, model)
             store.close()
-            worker.wait_ready(timeout_s)
+            ready = worker.wait_ready(timeout_s)
+            resolved = _resolved_backend(ready, encoder_backend)
             # A short untimed run first: the first batches pay one-off costs.
             asyncio.run(
                 _run_phase(
@@ -400,7 +401,7 @@ def run_e2e(
             encoder=settings.scoring.encoder,
             threads=n_threads,
             dtype=encoder_dtype,
-            backend=encoder_backend,
+            backend=resolved,
             repeats=2,
         )
 
@@ -417,7 +418,8 @@ def run_e2e(
             "latency_ms_p99": sat["latency_ms_p99"],
             "encoder_threads": threads,
             "encoder_dtype": encoder_dtype,
-            "encoder_backend": encoder_backend,
+            "encoder_backend": resolved,
+            "encoder_backend_setting": encoder_backend,
             "encoder_only_qps": enc_qps,
             "ratio_to_encoder": round(sat["throughput_qps"] / enc_qps, 3) if enc_qps else None,
             # The encoder alone on every CPU, nothing beside it: not the worker's setting,
@@ -440,6 +442,19 @@ def run_e2e(
         report["ratio_to_encoder"], half["latency_ms_p99"], report["worker_peak_rss_mb"]
     )
     return report
+
+
+def _resolved_backend(readyz: Any, setting: str) -> str:
+    """The encoder backend the worker runs, from its ``/readyz`` document."""
+    try:
+        backend = readyz["checks"]["encoder"]["backend"]
+    except (KeyError, TypeError):
+        backend = None
+    if backend in ("torch", "onnx"):
+        return str(backend)
+    if setting != "auto":
+        return setting
+    raise RuntimeError(f"the worker's /readyz does not name its encoder backend: {readyz}")
 
 
 def targets(ratio: float | None, p99_half_ms: float, rss_mb: float | None) -> dict[str, Any]:
@@ -487,6 +502,7 @@ def median_report(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "encoder_threads": runs[0]["encoder_threads"],
             "encoder_dtype": runs[0].get("encoder_dtype", "float32"),
             "encoder_backend": runs[0].get("encoder_backend", "torch"),
+            "encoder_backend_setting": runs[0].get("encoder_backend_setting"),
             "repeats": len(runs),
             "aggregate": "median over runs (worker_peak_rss_mb: the largest)",
             "queries": runs[0]["queries"],

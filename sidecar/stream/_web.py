@@ -74,7 +74,11 @@ async def readiness(app: faust.App, rt: Runtime) -> dict[str, Any]:
         "rebalancing": {"ok": not app.rebalancing},
         "models": {"ok": all(models.values()), "active": models},
         "store": {"ok": store_ok, "error": store_err},
-        "encoder": {"ok": rt.encoder_warm},
+        "encoder": {
+            "ok": rt.encoder_warm,
+            "name": rt.encoder.name,
+            "backend": getattr(rt.encoder, "backend", None),
+        },
     }
     return {"ready": all(c["ok"] for c in checks.values()), "checks": checks}
 

@@ -34,6 +34,11 @@ def test_onnx_backend_embeds_like_torch_and_exports_once(tmp_path: Path) -> None
     np.testing.assert_allclose(again.encode(texts[:5]), got[:5], atol=1e-6)
 
 
+def test_the_default_backend_runs_onnx_on_the_packaged_model(tmp_path: Path) -> None:
+    enc = load_encoder(ScoringSettings(encoder_threads=1, onnx_cache_dir=tmp_path))
+    assert enc.backend == "onnx"
+
+
 def test_onnx_backend_refuses_bfloat16() -> None:
     sc = ScoringSettings(encoder_backend="onnx", encoder_dtype="bfloat16")
     with pytest.raises(ConfigError, match="float32"):

@@ -3,6 +3,8 @@
 import math
 from typing import Any
 
+import pytest
+
 from sidecar.stream._bench import TARGETS, percentile, scrape
 
 
@@ -75,3 +77,13 @@ def test_median_report_takes_medians_the_worst_rss_and_keeps_every_run() -> None
     assert rep["targets"]["latency_ms_p99_half_rate"]["met"] is True
     assert rep["targets"]["worker_peak_rss_mb"]["met"] is False
     assert rep["runs"] == runs and rep["repeats"] == 3
+
+
+def test_the_ceiling_uses_the_backend_the_worker_resolved() -> None:
+    from sidecar.stream._bench import _resolved_backend
+
+    ready = {"ready": True, "checks": {"encoder": {"ok": True, "backend": "onnx"}}}
+    assert _resolved_backend(ready, "auto") == "onnx"
+    assert _resolved_backend({"checks": {}}, "torch") == "torch"
+    with pytest.raises(RuntimeError, match="encoder backend"):
+        _resolved_backend({"checks": {}}, "auto")

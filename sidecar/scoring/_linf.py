@@ -13,22 +13,41 @@ bound for every point in it), scans the nearest block first, then every other bl
 whose bound is still below the best distance so far. Within a block the coordinates are
 stored axis-major, so the inner loop runs over points and the compiler vectorises it.
 
-Compiled by numba, once per process (and cached on disk when the package directory or
-numba's user cache is writable); ``warm()`` compiles at model load rather than on the
-first query. Arithmetic is float32, so distances agree with a float64 search to about
-1e-7 relative.
+Compiled by numba once per process, or loaded from numba's on-disk cache when the
+package directory, ``NUMBA_CACHE_DIR`` or the user cache is writable; ``warm()``
+compiles at model load rather than on the first query. Arithmetic is float32, so
+distances agree with a float64 search to about 1e-7 relative.
 """
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 import numba
 import numpy as np
+
+log = logging.getLogger(__name__)
 
 # Blocks of 256: fewer boxes to bound per query; measured best of 32-512 at 1k-100k points.
 LEAF = 256
 
 
-@numba.njit(cache=True, nogil=True, fastmath=True)
+def _compiled(fn: Any) -> Any:
+    """numba-compile ``fn``, cached on disk where numba finds a writable place.
+
+    numba refuses ``cache=True`` at decoration time when neither the package directory
+    nor its user cache is writable (a read-only container without a writable HOME); the
+    kernel then compiles once per process instead of failing the import.
+    """
+    try:
+        return numba.njit(cache=True, nogil=True, fastmath=True)(fn)
+    except RuntimeError as exc:
+        log.info("numba cannot cache %s (%s); compiling it per process", fn.__name__, exc)
+        return numba.njit(cache=False, nogil=True, fastmath=True)(fn)
+
+
+@_compiled
 def _nearest_kernel(
     Q: np.ndarray,
     Pt: np.ndarray,

@@ -336,3 +336,25 @@ def test_linf_scan_matches_the_kd_tree_with_and_without_a_bound(leaf: int) -> No
         BruteLinf(np.zeros((0, M)))
     with pytest.raises(ValueError, match="columns"):
         scan.nearest(np.zeros((1, M + 1)), 1.0)
+
+
+def test_linf_kernel_compiles_without_a_writable_numba_cache(tmp_path: Any) -> None:
+    import os
+    import subprocess
+    import sys
+
+    # A locator that never applies to a file: numba then has nowhere to cache, as in a
+    # read-only container without a writable HOME.
+    env = {**os.environ, "NUMBA_CACHE_LOCATOR_CLASSES": "_IPythonCacheLocator"}
+    code = (
+        "import numpy as np\n"
+        "from sidecar.scoring._linf import BruteLinf, _nearest_kernel\n"
+        "assert type(_nearest_kernel._cache).__name__ == 'NullCache'\n"
+        "P = np.array([[0.0, 0.0], [3.0, 1.0]])\n"
+        "print(BruteLinf(P).nearest(np.array([[2.0, 2.0]]), 10.0)[0])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert float(out.stdout) == 1.0  # max(|2 - 3|, |2 - 1|)

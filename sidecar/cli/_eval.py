@@ -7,6 +7,16 @@ from pathlib import Path
 
 import click
 
+from sidecar.cli._options import (
+    blas_threads_option,
+    cache_dir_option,
+    criterion_option,
+    encoder_option,
+    no_progress_option,
+    seed_option,
+    target_frr_option,
+    threshold_rule_option,
+)
 from sidecar.cli._root import main
 
 
@@ -44,47 +54,13 @@ from sidecar.cli._root import main
     help="Comma-separated detector kinds, or 'all'.",
 )
 @click.option("--kbs", default=None, help="Comma-separated subset of the benchmark's KBs.")
-@click.option(
-    "--encoder",
-    default=None,
-    help="Encoder name or local sentence-transformers dir [default: settings].",
-)
-@click.option(
-    "--criterion",
-    default="pvalue",
-    show_default=True,
-    type=click.Choice(["pvalue", "evr"]),
-    help="PC selection for the searched detectors.",
-)
-@click.option(
-    "--target-frr",
-    default=0.01,  # sidecar.scoring.DEFAULT_TARGET_FRR (not imported: keeps --help fast)
-    show_default=True,
-    type=float,
-    help="False-reject rate the threshold is calibrated to.",
-)
-@click.option(
-    "--threshold-rule",
-    default="frr",
-    show_default=True,
-    type=click.Choice(["frr", "balanced"]),
-    help="frr: conformal quantile for --target-frr on held-out ID queries; balanced: best "
-    "balanced accuracy on held-out ID + OOD training queries (supervised detectors).",
-)
-@click.option("--seed", default=0, show_default=True, type=int)
-@click.option(
-    "--cache-dir",
-    default=None,
-    type=click.Path(path_type=Path),
-    help="Embedding cache [default: ~/.cache/ood-sidecar/embeddings].",
-)
-@click.option(
-    "--blas-threads",
-    default=1,
-    show_default=True,
-    type=click.IntRange(1, 256),
-    help="BLAS threads; more than the free cores makes the many small SVDs crawl.",
-)
+@encoder_option
+@criterion_option("PC selection for the searched detectors.")
+@target_frr_option
+@threshold_rule_option
+@seed_option
+@cache_dir_option
+@blas_threads_option
 @click.option(
     "--max-train-per-kb",
     default=None,
@@ -97,7 +73,7 @@ from sidecar.cli._root import main
     type=int,
     help="stackexchange: seeded subset of each site's evaluation titles [default: all].",
 )
-@click.option("--no-progress", is_flag=True, help="Hide progress bars.")
+@no_progress_option
 def eval_command(
     benchmark: str,
     data_dir: Path,

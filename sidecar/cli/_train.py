@@ -8,6 +8,16 @@ from typing import Any
 
 import click
 
+from sidecar.cli._options import (
+    blas_threads_option,
+    cache_dir_option,
+    criterion_option,
+    encoder_option,
+    no_progress_option,
+    seed_option,
+    target_frr_option,
+    threshold_rule_option,
+)
 from sidecar.cli._root import bench, main
 
 _PATH = click.Path(path_type=Path)
@@ -34,9 +44,7 @@ _PATH = click.Path(path_type=Path)
 )
 @click.option("--ood-embeddings", type=_PATH, help="OOD training queries as a .npy array.")
 @click.option("--kb-name", default=None, help="KB id in the model store [default: settings].")
-@click.option(
-    "--encoder", default=None, help="Encoder name or local model dir [default: settings]."
-)
+@encoder_option
 @click.option(
     "--detector",
     default="combined",
@@ -44,13 +52,7 @@ _PATH = click.Path(path_type=Path)
     help="Detector kind (combined, epsilon_ball, epsilon_cube, epsilon_rect, logreg, "
     "svm, gmm, residual, max_cosine, mahalanobis, knn).",
 )
-@click.option(
-    "--criterion",
-    default="pvalue",
-    show_default=True,
-    type=click.Choice(["pvalue", "evr"]),
-    help="How the m PCs are chosen.",
-)
+@criterion_option("How the m PCs are chosen.")
 @click.option(
     "--m",
     type=click.IntRange(1, 384),
@@ -63,22 +65,9 @@ _PATH = click.Path(path_type=Path)
     default=None,
     help="combined only: comma-separated blocks among pcs,residual,max_cosine,knn,neighbours.",
 )
-@click.option(
-    "--target-frr",
-    default=0.01,  # sidecar.scoring.DEFAULT_TARGET_FRR (not imported: keeps --help fast)
-    show_default=True,
-    type=click.FloatRange(0, 1, min_open=True, max_open=True),
-    help="False-reject rate the threshold targets.",
-)
-@click.option(
-    "--threshold-rule",
-    default="frr",
-    show_default=True,
-    type=click.Choice(["frr", "balanced"]),
-    help="frr: conformal quantile for --target-frr on held-out ID queries; balanced: best "
-    "balanced accuracy on held-out ID + OOD queries (needs OOD queries).",
-)
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed of splits and fits.")
+@target_frr_option
+@threshold_rule_option
+@seed_option
 @click.option("--out", required=True, type=_PATH, help="Artifact directory to write.")
 @click.option("--report", "report_dir", type=_PATH, help="Report directory [default: OUT/report].")
 @click.option("--no-report", is_flag=True, help="Skip the report (plots).")
@@ -91,12 +80,7 @@ _PATH = click.Path(path_type=Path)
     help="Model store backend [default: settings].",
 )
 @click.option("--store-dir", type=_PATH, default=None, help="Directory store root.")
-@click.option(
-    "--cache-dir",
-    type=_PATH,
-    default=None,
-    help="Embedding cache [default: ~/.cache/ood-sidecar/embeddings].",
-)
+@cache_dir_option
 @click.option("--stats-json", type=_PATH, default=None, help="Also write timing/memory JSON here.")
 @click.option(
     "--pca-method",
@@ -105,14 +89,8 @@ _PATH = click.Path(path_type=Path)
     type=click.Choice(["auto", "full", "randomized", "incremental"]),
     help="KB PCA solver; auto = exact up to 20k docs, randomized beyond.",
 )
-@click.option(
-    "--blas-threads",
-    default=1,
-    show_default=True,
-    type=click.IntRange(1, 256),
-    help="BLAS threads; more than the free cores makes the many small SVDs crawl.",
-)
-@click.option("--no-progress", is_flag=True, help="Hide progress bars.")
+@blas_threads_option
+@no_progress_option
 def train_command(**opts: Any) -> None:
     """Train an OOD detector for one KB and write a versioned artifact plus a report.
 

@@ -1,0 +1,69 @@
+"""Options that ``sidecar train`` and ``sidecar eval`` share, defined once.
+
+Each is a click decorator; the defaults stay literal so that ``--help`` does not import the
+scoring stack (a unit test pins ``--target-frr`` to ``sidecar.scoring.DEFAULT_TARGET_FRR``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+encoder_option = click.option(
+    "--encoder",
+    default=None,
+    help="Encoder name or local sentence-transformers dir [default: settings].",
+)
+
+
+def criterion_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--criterion pvalue|evr`` with the command's own help text."""
+    return click.option(
+        "--criterion",
+        default="pvalue",
+        show_default=True,
+        type=click.Choice(["pvalue", "evr"]),
+        help=help,
+    )
+
+
+target_frr_option = click.option(
+    "--target-frr",
+    default=0.01,  # sidecar.scoring.DEFAULT_TARGET_FRR (not imported: keeps --help fast)
+    show_default=True,
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    help="False-reject rate (ID queries flagged OOD) the threshold is calibrated to.",
+)
+
+threshold_rule_option = click.option(
+    "--threshold-rule",
+    default="frr",
+    show_default=True,
+    type=click.Choice(["frr", "balanced"]),
+    help="frr: conformal quantile for --target-frr on held-out ID queries; balanced: best "
+    "balanced accuracy on held-out ID + OOD training queries (needs OOD queries).",
+)
+
+seed_option = click.option(
+    "--seed", default=0, show_default=True, type=int, help="Seed of splits and fits."
+)
+
+cache_dir_option = click.option(
+    "--cache-dir",
+    default=None,
+    type=click.Path(path_type=Path),
+    help="Embedding cache [default: ~/.cache/ood-sidecar/embeddings].",
+)
+
+blas_threads_option = click.option(
+    "--blas-threads",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 256),
+    help="BLAS threads; more than the free cores makes the many small SVDs crawl.",
+)
+
+no_progress_option = click.option("--no-progress", is_flag=True, help="Hide progress bars.")

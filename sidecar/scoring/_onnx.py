@@ -11,12 +11,18 @@ against 233 ms.
 
 The export needs torch and the ``onnx`` package and takes a few seconds; the file is
 cached under ``cache_dir`` keyed by the model's content hash, written atomically, so
-replicas sharing a volume export once.
+replicas sharing a volume export once. Beside it goes the torch embedding of the probe
+texts: a later load with both files present checks the export against that reference
+and never imports torch (tokenising with the model's own ``tokenizer.json``), which
+saves the worker several hundred MB and seconds of start-up. Anything off on that path
+(a stale or damaged reference, an unusual tokenizer) falls back to the full check
+against torch.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import tempfile
@@ -41,6 +47,9 @@ _PROBES = (
     "What are the symptoms of a common cold in children?",
     "Write a poem about the sea",
     "x",
+    "Crème brûlée à la CAFÉ: ÜBER-long words, numbers 3.14 & emoji 🙂?",
+    # longer than any max_seq_length: checks truncation
+    " ".join(["symptom", "insurance", "claim", "clinic"] * 200),
 )
 _MIN_PROBE_COSINE = 0.99999
 
@@ -73,41 +82,109 @@ class OnnxEncoder:
         except ImportError as exc:
             raise ConfigError(
                 "scoring.encoder_backend=onnx needs the onnxruntime package "
-                "(pip install 'ood-sidecar[onnx]')"
+                "(pip install onnxruntime onnx)"
             ) from exc
-        from sentence_transformers import SentenceTransformer
 
         self._name, path = resolve_encoder_path(name)
-        st = SentenceTransformer(path, device="cpu")
-        normalize = _check_pipeline(st, self._name)
-        self._tokenizer = st.tokenizer
-        self._max_len = int(st.max_seq_length or 512)
-        self._inputs = tuple(self._tokenizer.model_input_names)
-        cache = Path(cache_dir or DEFAULT_ONNX_CACHE).expanduser()
-        onnx_path = _exported(st, self._name, path, cache, self._inputs, normalize)
-
+        self._lock = threading.Lock()
+        self.backend = "onnx"
         opts = ort.SessionOptions()
         if threads:
             opts.intra_op_num_threads = int(threads)
             opts.inter_op_num_threads = 1
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        self._session = ort.InferenceSession(
-            str(onnx_path), opts, providers=["CPUExecutionProvider"]
-        )
-        self._lock = threading.Lock()
-        self.backend = "onnx"
+
+        def session(onnx_path: Path) -> Any:
+            return ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
+
+        cache = Path(cache_dir or DEFAULT_ONNX_CACHE).expanduser()
+        target = _export_path(cache, self._name, path)
+        reference = _reference_path(target)
+        if target.is_file() and reference.is_file():
+            try:
+                self._load_checked_export(session(target), path, target, reference)
+                return
+            except Exception as exc:  # anything off: check the export against torch again
+                log.warning(
+                    "cached ONNX export %s not usable on its own (%s: %s); checking it "
+                    "against torch",
+                    target,
+                    type(exc).__name__,
+                    exc,
+                )
+        self._load_through_torch(session, path, target, reference)
+
+    def _load_checked_export(
+        self, sess: Any, model_dir: str, target: Path, reference: Path
+    ) -> None:
+        """Serve a cached export without torch: its probe embeddings must match torch's,
+        stored next to it when it was first checked against torch."""
+        from tokenizers import Tokenizer
+
+        ref = np.load(reference, allow_pickle=False)
+        tok = Tokenizer.from_file(str(Path(model_dir) / "tokenizer.json"))
+        tok.enable_truncation(max_length=_max_seq_length(model_dir))
+        pad = _pad_token(model_dir)
+        pad_id = tok.token_to_id(pad)
+        if pad_id is None:
+            raise ValueError(f"pad token {pad!r} is not in the vocabulary")
+        tok.enable_padding(pad_id=pad_id, pad_token=pad)  # to the longest of the batch
+        fields = {
+            "input_ids": "ids",
+            "attention_mask": "attention_mask",
+            "token_type_ids": "type_ids",
+        }
+        names = [i.name for i in sess.get_inputs()]
+        unknown = sorted(set(names) - set(fields))
+        if unknown:
+            raise ValueError(f"the export takes inputs {unknown} the tokenizer does not give")
+
+        def feed(texts: list[str]) -> dict[str, np.ndarray]:
+            enc = tok.encode_batch(texts)
+            return {
+                n: np.asarray([getattr(e, fields[n]) for e in enc], dtype=np.int64) for n in names
+            }
+
+        self._session, self._feed, self._dim = sess, feed, int(ref.shape[1])
+        cos = _probe_cosine(ref, self.encode(_PROBES))
+        if cos < _MIN_PROBE_COSINE:
+            raise ValueError(f"probe cosine {cos:.6f} against the stored torch embeddings")
+        log.info("encoder %s on ONNX Runtime (%s, probe cosine %.7f)", self._name, target, cos)
+
+    def _load_through_torch(
+        self,
+        session: Any,
+        model_dir: str,
+        target: Path,
+        reference: Path,
+    ) -> None:
+        """Export (if needed) with torch, check against torch, store the probe embeddings."""
+        from sentence_transformers import SentenceTransformer
+
+        st = SentenceTransformer(model_dir, device="cpu")
+        normalize = _check_pipeline(st, self._name)
+        hf_tokenizer = st.tokenizer
+        max_len = int(st.max_seq_length or 512)
+        inputs = tuple(hf_tokenizer.model_input_names)
+        onnx_path = _exported(st, model_dir, target, inputs, normalize)
+
+        def feed(texts: list[str]) -> dict[str, np.ndarray]:
+            out = hf_tokenizer(
+                texts, padding=True, truncation=True, max_length=max_len, return_tensors="np"
+            )
+            return {k: np.asarray(out[k], dtype=np.int64) for k in inputs}
 
         ref = np.asarray(
             st.encode(list(_PROBES), normalize_embeddings=True, show_progress_bar=False),
             dtype=np.float32,
         )
-        self._dim = int(ref.shape[1])
-        got = self.encode(_PROBES)
-        cos = float(np.min(np.sum(ref * got, axis=1)))
+        self._session, self._feed, self._dim = session(onnx_path), feed, int(ref.shape[1])
+        cos = _probe_cosine(ref, self.encode(_PROBES))
         if cos < _MIN_PROBE_COSINE:
             raise ConfigError(
                 f"the ONNX export of {self._name} disagrees with torch (probe cosine {cos:.6f})"
             )
+        _write_atomic(reference, lambda f: np.save(f, ref, allow_pickle=False))
         log.info("encoder %s on ONNX Runtime (%s, probe cosine %.7f)", self._name, onnx_path, cos)
         del st  # the torch copy was only needed to export and check
 
@@ -133,15 +210,7 @@ class OnnxEncoder:
         with self._lock:
             for i in range(0, len(texts), step):
                 idx = order[i : i + step]
-                feed = self._tokenizer(
-                    [texts[j] for j in idx],
-                    padding=True,
-                    truncation=True,
-                    max_length=self._max_len,
-                    return_tensors="np",
-                )
-                inputs = {k: np.asarray(feed[k], dtype=np.int64) for k in self._inputs}
-                out[idx] = self._session.run(None, inputs)[0]
+                out[idx] = self._session.run(None, self._feed([texts[j] for j in idx]))[0]
         return out
 
 
@@ -173,11 +242,56 @@ def _fingerprint(model_dir: str) -> str:
     return h.hexdigest()[:16]
 
 
+def _export_path(cache: Path, name: str, model_dir: str) -> Path:
+    return cache / f"{Path(name).name}-{_fingerprint(model_dir)}.onnx"
+
+
+def _reference_path(target: Path) -> Path:
+    """Where the torch embeddings of the probe texts are kept (keyed by the probes too)."""
+    probes = hashlib.sha256("\n".join(_PROBES).encode()).hexdigest()[:8]
+    return target.with_name(f"{target.stem}.probes-{probes}.npy")
+
+
+def _probe_cosine(ref: np.ndarray, got: np.ndarray) -> float:
+    if ref.shape != got.shape:
+        return float("-inf")
+    return float(np.min(np.sum(ref * got, axis=1)))
+
+
+def _max_seq_length(model_dir: str) -> int:
+    conf = Path(model_dir) / "sentence_bert_config.json"
+    value = json.loads(conf.read_text()).get("max_seq_length") if conf.is_file() else None
+    return int(value or 512)
+
+
+def _pad_token(model_dir: str) -> str:
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):
+        f = Path(model_dir) / name
+        pad = json.loads(f.read_text()).get("pad_token") if f.is_file() else None
+        if isinstance(pad, dict):
+            pad = pad.get("content")
+        if isinstance(pad, str):
+            return pad
+    raise ValueError("the model declares no pad token")
+
+
+def _write_atomic(target: Path, write: Any) -> None:
+    """Write through a temporary file in the same directory, then rename it into place."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
 def _exported(
-    st: Any, name: str, model_dir: str, cache: Path, inputs: tuple[str, ...], normalize: bool
+    st: Any, model_dir: str, target: Path, inputs: tuple[str, ...], normalize: bool
 ) -> Path:
     """The cached ONNX file for this model, exported now if missing."""
-    target = cache / f"{Path(name).name}-{_fingerprint(model_dir)}.onnx"
     if target.is_file():
         return target
     try:
@@ -185,8 +299,7 @@ def _exported(
         import torch
     except ImportError as exc:
         raise ConfigError(
-            "exporting the encoder to ONNX needs torch and the onnx package "
-            "(pip install 'ood-sidecar[onnx]')"
+            "exporting the encoder to ONNX needs torch and the onnx package (pip install onnx)"
         ) from exc
 
     class Pooled(torch.nn.Module):
@@ -204,8 +317,8 @@ def _exported(
     model = Pooled(st[0].auto_model).eval()
     sample = st.tokenizer(["an example query", "a second one"], padding=True, return_tensors="pt")
     args = tuple(sample[k] for k in inputs)
-    cache.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=cache, suffix=".onnx.tmp")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".onnx.tmp")
     os.close(fd)
     log.info("exporting %s to ONNX (once) ...", model_dir)
     try:

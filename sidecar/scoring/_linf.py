@@ -21,10 +21,10 @@ distances agree with a float64 search to about 1e-7 relative.
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
-import numba
 import numpy as np
 
 log = logging.getLogger(__name__)
@@ -33,21 +33,24 @@ log = logging.getLogger(__name__)
 LEAF = 256
 
 
-def _compiled(fn: Any) -> Any:
-    """numba-compile ``fn``, cached on disk where numba finds a writable place.
+@functools.cache
+def kernel() -> Any:
+    """The compiled scan, built on first use: numba is imported only by processes that
+    serve a cube or rectangle (it adds about 50 MB).
 
-    numba refuses ``cache=True`` at decoration time when neither the package directory
-    nor its user cache is writable (a read-only container without a writable HOME); the
-    kernel then compiles once per process instead of failing the import.
+    Cached on disk where numba finds a writable place. numba refuses ``cache=True`` when
+    neither the package directory nor its user cache is writable (a read-only container
+    without a writable HOME); the kernel then compiles once per process instead.
     """
+    import numba
+
     try:
-        return numba.njit(cache=True, nogil=True, fastmath=True)(fn)
+        return numba.njit(cache=True, nogil=True, fastmath=True)(_nearest_kernel)
     except RuntimeError as exc:
-        log.info("numba cannot cache %s (%s); compiling it per process", fn.__name__, exc)
-        return numba.njit(cache=False, nogil=True, fastmath=True)(fn)
+        log.info("numba cannot cache the L-inf kernel (%s); compiling it per process", exc)
+        return numba.njit(cache=False, nogil=True, fastmath=True)(_nearest_kernel)
 
 
-@_compiled
 def _nearest_kernel(
     Q: np.ndarray,
     Pt: np.ndarray,
@@ -151,7 +154,7 @@ class BruteLinf:
             raise ValueError(f"queries must have {self._Pt.shape[0]} columns")
         out = np.empty(Q32.shape[0], dtype=np.float64)
         finite = float(np.finfo(np.float32).max) if not np.isfinite(bound) else float(bound)
-        _nearest_kernel(Q32, self._Pt, self._starts, self._lo, self._hi, finite, out)
+        kernel()(Q32, self._Pt, self._starts, self._lo, self._hi, finite, out)
         if not np.isfinite(bound):
             out[out >= finite] = np.inf
         return out

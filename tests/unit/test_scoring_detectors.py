@@ -348,8 +348,8 @@ def test_linf_kernel_compiles_without_a_writable_numba_cache(tmp_path: Any) -> N
     env = {**os.environ, "NUMBA_CACHE_LOCATOR_CLASSES": "_IPythonCacheLocator"}
     code = (
         "import numpy as np\n"
-        "from sidecar.scoring._linf import BruteLinf, _nearest_kernel\n"
-        "assert type(_nearest_kernel._cache).__name__ == 'NullCache'\n"
+        "from sidecar.scoring._linf import BruteLinf, kernel\n"
+        "assert type(kernel()._cache).__name__ == 'NullCache'\n"
         "P = np.array([[0.0, 0.0], [3.0, 1.0]])\n"
         "print(BruteLinf(P).nearest(np.array([[2.0, 2.0]]), 10.0)[0])\n"
     )
@@ -358,3 +358,20 @@ def test_linf_kernel_compiles_without_a_writable_numba_cache(tmp_path: Any) -> N
     )
     assert out.returncode == 0, out.stderr
     assert float(out.stdout) == 1.0  # max(|2 - 3|, |2 - 1|)
+
+
+def test_numba_is_imported_only_when_a_chebyshev_scan_is_built() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import numpy as np\n"
+        "from sidecar.scoring import EpsilonBall, EpsilonCube, fit_ood_model\n"
+        "EpsilonBall().fit(np.random.default_rng(0).normal(size=(50, 3)))\n"
+        "assert 'numba' not in sys.modules, 'imported by the ball'\n"
+        "EpsilonCube().fit(np.random.default_rng(0).normal(size=(50, 3)))\n"
+        "assert 'numba' in sys.modules\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr

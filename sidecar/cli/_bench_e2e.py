@@ -57,8 +57,8 @@ from sidecar.cli._root import bench
     type=click.Choice(["demo", "clinc"]),
     default="demo",
     show_default=True,
-    help="Query texts: the packaged demo queries, or CLINC-150 "
-    "test texts from ../shared/data (cycled to --queries).",
+    help="Query texts: the packaged demo queries, or CLINC-150 test utterances from "
+    "../shared/data (validation ones where the file has no test split), cycled to --queries.",
 )
 @click.option(
     "--encoder-dtype",

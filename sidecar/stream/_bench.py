@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sidecar.errors import BrokerError
+from sidecar.errors import BrokerError, DataError
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +46,27 @@ def percentile(xs: list[float], q: float) -> float:
 
 
 def bench_texts(source: str, shared_data: Path | None = None) -> list[str]:
-    """Realistic query texts: the demo queries, or CLINC-150 texts from ../shared/data."""
+    """Realistic query texts: the demo queries, or CLINC-150 texts from ../shared/data.
+
+    CLINC-150: the test utterances (in-scope and out-of-scope) where the file has them,
+    else the validation ones.
+
+    Raises
+    ------
+    DataError
+        The CLINC-150 file is missing, unreadable or holds no utterances.
+    """
     if source == "clinc":
         path = (shared_data or Path("../shared/data")) / "clinc150" / "data_full.json"
-        doc = json.loads(path.read_text())
-        return [t for split in ("test", "oos_test") for t, _ in doc.get(split, [])]
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise DataError(f"cannot read CLINC-150 texts from {path}: {exc}") from exc
+        for splits in (("test", "oos_test"), ("val", "oos_val")):
+            texts = [str(t) for split in splits for t, *_ in doc.get(split, [])]
+            if texts:
+                return texts
+        raise DataError(f"{path} has no test or val utterances")
     from sidecar.stream._demo import demo_data
 
     return [t for t, _ in demo_data().labelled()]

@@ -70,10 +70,14 @@ def load_inputs(
     t0 = time.perf_counter()
     name = str(opts.get("encoder") or settings.scoring.encoder)
     if docs is not None or id_texts is not None or ood_texts is not None:
-        from sidecar.scoring import SentenceTransformerEncoder
+        from sidecar.scoring import available_cpus, load_encoder
         from sidecar.training._cache import EmbeddingCache
 
-        enc = SentenceTransformerEncoder(name, device=settings.scoring.device)
+        # The worker's backend (ONNX Runtime under `auto`), on every CPU the job has.
+        sc = settings.scoring.model_copy(
+            update={"encoder": name, "encoder_threads": available_cpus()}
+        )
+        enc = load_encoder(sc)
         cache = EmbeddingCache(enc, opts.get("cache_dir"), progress=progress)
         if docs is not None:
             kb_arr = cache.embed([d.text for d in docs], desc="encoding KB")

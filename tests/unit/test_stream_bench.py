@@ -87,3 +87,24 @@ def test_the_ceiling_uses_the_backend_the_worker_resolved() -> None:
     assert _resolved_backend({"checks": {}}, "torch") == "torch"
     with pytest.raises(RuntimeError, match="encoder backend"):
         _resolved_backend({"checks": {}}, "auto")
+
+
+def test_clinc_bench_texts_fall_back_to_validation_and_fail_readably(tmp_path: Any) -> None:
+    import json
+
+    from sidecar.errors import DataError
+    from sidecar.stream._bench import bench_texts
+
+    (tmp_path / "clinc150").mkdir()
+    f = tmp_path / "clinc150" / "data_full.json"
+    f.write_text(
+        json.dumps({"val": [["book a flight", "book_flight"]], "oos_val": [["hi", "oos"]]})
+    )
+    assert bench_texts("clinc", tmp_path) == ["book a flight", "hi"]
+    f.write_text(json.dumps({"test": [["x", "y"]], "val": [["book a flight", "b"]]}))
+    assert bench_texts("clinc", tmp_path) == ["x"]
+    f.write_text(json.dumps({"train": [["t", "y"]]}))
+    with pytest.raises(DataError, match="no test or val"):
+        bench_texts("clinc", tmp_path)
+    with pytest.raises(DataError, match="cannot read"):
+        bench_texts("clinc", tmp_path / "missing")

@@ -102,7 +102,7 @@ def eval_command(
     from threadpoolctl import threadpool_limits
 
     from sidecar.errors import ConfigError
-    from sidecar.scoring import SentenceTransformerEncoder
+    from sidecar.scoring import available_cpus, load_encoder
     from sidecar.settings import load_settings
     from sidecar.training import EmbeddingCache, evaluate_benchmark, load_benchmark
     from sidecar.training._evaluate import DETECTORS
@@ -127,9 +127,8 @@ def eval_command(
         if detectors == "all"
         else tuple(d.strip() for d in detectors.split(",") if d.strip())
     )
-    enc = SentenceTransformerEncoder(
-        encoder or settings.scoring.encoder, device=settings.scoring.device
-    )
+    # The worker's backend (ONNX Runtime under `auto`), on every CPU.
+    enc = load_encoder(settings.scoring, name=encoder, threads=available_cpus())
     cache = EmbeddingCache(enc, cache_dir, progress=not no_progress)
     with threadpool_limits(limits=blas_threads):
         report = evaluate_benchmark(

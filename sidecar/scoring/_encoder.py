@@ -163,8 +163,11 @@ def available_cpus() -> int:
     return n
 
 
-def load_encoder(scoring: Any) -> Encoder:
+def load_encoder(scoring: Any, *, name: str | None = None, threads: int | None = None) -> Encoder:
     """The encoder a ``ScoringSettings`` section asks for (backend, device, threads, dtype).
+
+    ``name`` and ``threads`` override ``scoring.encoder`` and ``scoring.encoder_threads``
+    (the training and evaluation jobs embed on every CPU: ``threads=available_cpus()``).
 
     ``encoder_backend="auto"`` (the default) takes ONNX Runtime for a float32 encoder on
     the CPU, where it was faster at every batch size we measured, and falls back to torch,
@@ -179,7 +182,8 @@ def load_encoder(scoring: Any) -> Encoder:
         An unsupported explicit combination (e.g. bfloat16 with the onnx backend) or a
         missing package.
     """
-    threads = encoder_threads(scoring.encoder_threads)
+    threads = threads or encoder_threads(scoring.encoder_threads)
+    name = name or scoring.encoder
     backend = scoring.encoder_backend
     if backend in ("onnx", "auto"):
         from sidecar.scoring._onnx import OnnxEncoder
@@ -188,12 +192,10 @@ def load_encoder(scoring: Any) -> Encoder:
         if backend == "onnx":
             if not float32_cpu:
                 raise ConfigError("scoring.encoder_backend=onnx runs float32 on the CPU only")
-            return OnnxEncoder(scoring.encoder, threads=threads, cache_dir=scoring.onnx_cache_dir)
+            return OnnxEncoder(name, threads=threads, cache_dir=scoring.onnx_cache_dir)
         if float32_cpu:
             try:
-                return OnnxEncoder(
-                    scoring.encoder, threads=threads, cache_dir=scoring.onnx_cache_dir
-                )
+                return OnnxEncoder(name, threads=threads, cache_dir=scoring.onnx_cache_dir)
             except Exception as exc:  # auto: any reason onnx cannot serve means torch
                 log.warning(
                     "encoder backend auto: ONNX Runtime not used (%s: %s); running torch",
@@ -201,5 +203,5 @@ def load_encoder(scoring: Any) -> Encoder:
                     exc,
                 )
     return SentenceTransformerEncoder(
-        scoring.encoder, device=scoring.device, threads=threads, dtype=scoring.encoder_dtype
+        name, device=scoring.device, threads=threads, dtype=scoring.encoder_dtype
     )

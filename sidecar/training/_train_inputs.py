@@ -74,10 +74,7 @@ def load_inputs(
         from sidecar.training._cache import EmbeddingCache
 
         # The worker's backend (ONNX Runtime under `auto`), on every CPU the job has.
-        sc = settings.scoring.model_copy(
-            update={"encoder": name, "encoder_threads": available_cpus()}
-        )
-        enc = load_encoder(sc)
+        enc = load_encoder(settings.scoring, name=name, threads=available_cpus())
         cache = EmbeddingCache(enc, opts.get("cache_dir"), progress=progress)
         if docs is not None:
             kb_arr = cache.embed([d.text for d in docs], desc="encoding KB")

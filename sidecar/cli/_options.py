@@ -20,13 +20,13 @@ encoder_option = click.option(
 
 
 def criterion_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """``--criterion pvalue|evr`` with the command's own help text."""
+    """``--criterion pvalue|evr|auto`` with the command's own help text."""
     return click.option(
         "--criterion",
         default="pvalue",
         show_default=True,
-        type=click.Choice(["pvalue", "evr"]),
-        help=help,
+        type=click.Choice(["pvalue", "evr", "auto"]),
+        help=help + " auto: search under both, keep the better validation AUROC.",
     )
 
 

@@ -224,7 +224,7 @@ def build_report(
                     replace(cand, m=min(cand.m, model.m or cand.m)),
                     kb_name=inputs.kb_name,
                     encoder=inputs.encoder,
-                    criterion=cfg.criterion,
+                    criterion=model.criterion,  # the shipped model's (resolved under auto)
                     seed=cfg.seed,
                     target_frr=cfg.target_frr,
                     pca_method=cfg.pca_method,

@@ -26,6 +26,9 @@ from sidecar.errors import ConfigError, DataError
 from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel, detector_class, fit_ood_model
 from sidecar.training._metrics import auroc
 
+# PC selection criteria, in the order ``criterion="auto"`` prefers them on a tie.
+CRITERIA = ("pvalue", "evr")
+
 log = logging.getLogger(__name__)
 
 MAX_DIMS = 32
@@ -306,12 +309,43 @@ def search(
 ) -> SearchResult:
     """Pick ``detector``'s hyperparameters by validation AUROC, refit, calibrate.
 
-    ``threshold_rule``: ``"frr"`` (conformal quantile for ``target_frr``) or
-    ``"balanced"`` (best balanced accuracy on ``splits.id_cal`` / ``splits.ood_cal``).
+    ``criterion``: ``"pvalue"``, ``"evr"``, or ``"auto"``, which searches the grid under
+    both and keeps the better validation AUROC (p-value on a tie; its table rows carry a
+    ``criterion`` key). ``threshold_rule``: ``"frr"`` (conformal quantile for
+    ``target_frr``) or ``"balanced"`` (best balanced accuracy on ``splits.id_cal`` /
+    ``splits.ood_cal``).
 
     Without OOD training queries there is no validation AUROC: the grid's first candidate
-    that fits is used (the detectors that need OOD labels raise ConfigError).
+    that fits is used (the detectors that need OOD labels raise ConfigError), and the
+    PCs are chosen by EVR.
     """
+    if criterion == "auto":
+        if not splits.has_ood:
+            criterion = "evr"
+        else:
+            runs = {
+                c: search(
+                    splits,
+                    detector,
+                    kb_name=kb_name,
+                    encoder=encoder,
+                    criterion=c,
+                    grid=grid,
+                    seed=seed,
+                    target_frr=target_frr,
+                    pca_method=pca_method,
+                    threshold_rule=threshold_rule,
+                )
+                for c in CRITERIA
+            }
+
+            def ranked(c: str) -> float:
+                v = runs[c].val_auroc
+                return -math.inf if v is None else v
+
+            win = max(CRITERIA, key=ranked)  # the first of CRITERIA (p-value) on a tie
+            rows = [{**row, "criterion": c} for c in CRITERIA for row in runs[c].table]
+            return dataclasses.replace(runs[win], table=rows)
     cands = list(grid) if grid is not None else default_grid(detector)
     if not cands:
         raise ConfigError(f"empty search grid for {detector!r}")

@@ -130,3 +130,24 @@ def test_train_grid_follows_m_options() -> None:
     )
     assert {c.m for c in spread} == {8, 12, 16, 20, 24}
     assert all(c.params["features"] == ["pcs", "residual"] for c in spread)
+
+
+def test_auto_criterion_keeps_the_better_validation_auroc_of_both() -> None:
+    embed = _emb_factory()
+    t = _task()
+    splits = carve_splits(embed(t.kb_texts), embed(t.id_train), embed(t.ood_train), seed=0)
+    grid = [Candidate("logreg", 4, {"C": 1.0}), Candidate("logreg", 8, {"C": 1.0})]
+    enc = {"name": "fake", "dim": DIM}
+    each = {
+        c: search(splits, "logreg", kb_name="t", encoder=enc, criterion=c, grid=grid)
+        for c in ("pvalue", "evr")
+    }
+    auto = search(splits, "logreg", kb_name="t", encoder=enc, criterion="auto", grid=grid)
+    best = max(("pvalue", "evr"), key=lambda c: each[c].val_auroc or -1.0)
+    assert auto.model.criterion == best
+    assert auto.val_auroc == each[best].val_auroc
+    assert [r["criterion"] for r in auto.table] == ["pvalue"] * 2 + ["evr"] * 2
+    # Without OOD training queries there is nothing to rank: EVR, as for every search.
+    ka = carve_splits(embed(t.kb_texts), embed(t.id_train), None, seed=0)
+    res = search(ka, "residual", kb_name="t", encoder=enc, criterion="auto")
+    assert res.model.criterion == "evr"

@@ -103,7 +103,9 @@ class _EpsilonDetector(OODDetector):
         self.scale_ = self._fit_scale(X_id)
         self.id_points_ = np.ascontiguousarray(X_id * self.scale_)
         self.ood_points_ = np.ascontiguousarray(X_ood * self.scale_)
-        self._build()
+        # Only the ID tree is needed to choose epsilon and drop far OOD points; the rest
+        # is built once, from the kept points.
+        self._tree_id = cKDTree(self.id_points_)
         if fixed is None:
             # Leave-one-out nearest-neighbour distances of the ID points: a quantile of
             # them is the radius within which a new ID query finds a training ID point.
@@ -122,15 +124,15 @@ class _EpsilonDetector(OODDetector):
                 workers=self.workers,
             )
             self.ood_points_ = np.ascontiguousarray(self.ood_points_[d <= reach])
-            self._build()
+        self._build(id_tree=self._tree_id)
         if self.score_cap is not None and self.score_cap < 3.0:
             raise DataError("score_cap must be >= 3 (or None)")
         self.n_features_in_ = X.shape[1]
         self.offset_ = 0.0
         return self
 
-    def _build(self) -> None:
-        self._tree_id = cKDTree(self.id_points_)
+    def _build(self, id_tree: cKDTree | None = None) -> None:
+        self._tree_id = id_tree if id_tree is not None else cKDTree(self.id_points_)
         self._tree_ood = cKDTree(self.ood_points_) if len(self.ood_points_) else None
         brute = _BruteL2 if self._p == 2.0 else BruteLinf
         self._brute_id = brute(self.id_points_)

@@ -61,7 +61,23 @@ def resolve_encoder_path(name: str) -> tuple[str, str]:
     )
 
 
-class SentenceTransformerEncoder:
+class LocalEncoder:
+    """What the two encoder backends share: ``name``, ``dim`` and ``backend``."""
+
+    backend: str
+    _name: str
+    _dim: int
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+
+class SentenceTransformerEncoder(LocalEncoder):
     """A sentence-transformers bi-encoder loaded from a local directory.
 
     Parameters
@@ -76,6 +92,8 @@ class SentenceTransformerEncoder:
         ``bfloat16`` computes the linear layers in bfloat16 (see :mod:`._bf16`); it needs
         bfloat16 matrix units and raises ``ConfigError`` without them.
     """
+
+    backend = "torch"
 
     def __init__(
         self,
@@ -110,16 +128,7 @@ class SentenceTransformerEncoder:
         elif dtype != "float32":
             raise ConfigError(f"encoder dtype must be 'float32' or 'bfloat16', got {dtype!r}")
         self.dtype = dtype
-        self.backend = "torch"
         self._lock = threading.Lock()
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def dim(self) -> int:
-        return self._dim
 
     def encode(
         self, texts: Sequence[str], *, batch_size: int = 64, progress: bool = False

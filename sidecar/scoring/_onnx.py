@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from sidecar.errors import ConfigError
-from sidecar.scoring._encoder import resolve_encoder_path
+from sidecar.scoring._encoder import LocalEncoder, resolve_encoder_path
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ _PROBES = (
 _MIN_PROBE_COSINE = 0.99999
 
 
-class OnnxEncoder:
+class OnnxEncoder(LocalEncoder):
     """A sentence encoder run by ONNX Runtime (see the module docstring).
 
     Parameters
@@ -67,6 +67,8 @@ class OnnxEncoder:
     cache_dir : path, optional
         Where exported models are kept (default ``~/.cache/ood-sidecar/onnx``).
     """
+
+    backend = "onnx"
 
     def __init__(
         self,
@@ -87,7 +89,6 @@ class OnnxEncoder:
 
         self._name, path = resolve_encoder_path(name)
         self._lock = threading.Lock()
-        self.backend = "onnx"
         opts = ort.SessionOptions()
         if threads:
             opts.intra_op_num_threads = int(threads)
@@ -187,14 +188,6 @@ class OnnxEncoder:
         _write_atomic(reference, lambda f: np.save(f, ref, allow_pickle=False))
         log.info("encoder %s on ONNX Runtime (%s, probe cosine %.7f)", self._name, onnx_path, cos)
         del st  # the torch copy was only needed to export and check
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def dim(self) -> int:
-        return self._dim
 
     def encode(
         self, texts: Sequence[str], *, batch_size: int = 64, progress: bool = False

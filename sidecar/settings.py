@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"
@@ -96,6 +96,12 @@ class ScoringSettings(_Section):
     onnx_cache_dir: Path = Field(
         Path("~/.cache/ood-sidecar/onnx"), description="where ONNX exports are kept"
     )
+    onnx_prebuilt_dir: Path | None = Field(
+        None,
+        description="a directory (read-only is fine) with an export made beforehand by "
+        "`sidecar prepare-encoder`, e.g. baked into the image; tried before onnx_cache_dir; "
+        "empty: none",
+    )
     encoder_dtype: Literal["float32", "bfloat16"] = Field(
         "float32",
         description="bfloat16: the encoder's linear layers in bfloat16 (needs AMX or "
@@ -113,6 +119,12 @@ class ScoringSettings(_Section):
     fail_mode: Literal["closed", "open"] = Field(
         "closed", description="verdict when no model is loaded: closed = OOD, open = ID"
     )
+
+    @field_validator("onnx_prebuilt_dir", mode="before")
+    @classmethod
+    def _empty_is_none(cls, v: Any) -> Any:
+        # The chart always sets the variable; an empty value switches the lookup off.
+        return None if isinstance(v, str) and not v.strip() else v
 
 
 class WebSettings(_Section):

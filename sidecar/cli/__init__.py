@@ -10,6 +10,7 @@ from sidecar.cli import (  # noqa: F401  (imported for registration)
     _eval,
     _explain,
     _models,
+    _prepare,
     _train,
     _worker,
 )

@@ -198,13 +198,14 @@ def load_encoder(scoring: Any, *, name: str | None = None, threads: int | None =
         from sidecar.scoring._onnx import OnnxEncoder
 
         float32_cpu = scoring.encoder_dtype == "float32" and scoring.device == "cpu"
+        dirs = {"cache_dir": scoring.onnx_cache_dir, "prebuilt_dir": scoring.onnx_prebuilt_dir}
         if backend == "onnx":
             if not float32_cpu:
                 raise ConfigError("scoring.encoder_backend=onnx runs float32 on the CPU only")
-            return OnnxEncoder(name, threads=threads, cache_dir=scoring.onnx_cache_dir)
+            return OnnxEncoder(name, threads=threads, **dirs)
         if float32_cpu:
             try:
-                return OnnxEncoder(name, threads=threads, cache_dir=scoring.onnx_cache_dir)
+                return OnnxEncoder(name, threads=threads, **dirs)
             except Exception as exc:  # auto: any reason onnx cannot serve means torch
                 log.warning(
                     "encoder backend auto: ONNX Runtime not used (%s: %s); running torch",

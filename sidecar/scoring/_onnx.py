@@ -52,6 +52,9 @@ _PROBES = (
     " ".join(["symptom", "insurance", "claim", "clinic"] * 200),
 )
 _MIN_PROBE_COSINE = 0.99999
+# Exports hold public model weights: readable by every user, so that an export made at
+# image build (as root) or by one replica serves workers running under another uid.
+_SHARED_MODE = 0o644
 
 
 class OnnxEncoder(LocalEncoder):
@@ -66,6 +69,15 @@ class OnnxEncoder(LocalEncoder):
         ONNX Runtime intra-op threads (default: its own choice).
     cache_dir : path, optional
         Where exported models are kept (default ``~/.cache/ood-sidecar/onnx``).
+    prebuilt_dir : path, optional
+        A directory, read-only is fine, holding an export and its probe reference made
+        beforehand (``sidecar prepare-encoder``, e.g. at image build). Tried first; without
+        a usable export there, ``cache_dir`` serves as usual.
+
+    Attributes
+    ----------
+    export_path : Path
+        The ONNX file in use.
     """
 
     backend = "onnx"
@@ -76,6 +88,7 @@ class OnnxEncoder(LocalEncoder):
         *,
         threads: int | None = None,
         cache_dir: str | Path | None = None,
+        prebuilt_dir: str | Path | None = None,
     ) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -98,22 +111,36 @@ class OnnxEncoder(LocalEncoder):
         def session(onnx_path: Path) -> Any:
             return ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
 
-        cache = Path(cache_dir or DEFAULT_ONNX_CACHE).expanduser()
-        target = _export_path(cache, self._name, path)
-        reference = _reference_path(target)
-        if target.is_file() and reference.is_file():
+        def checked(target: Path, then: str) -> bool:
+            """Serve ``target`` if it and its probe reference are there and agree."""
+            reference = _reference_path(target)
+            if not (target.is_file() and reference.is_file()):
+                return False
             try:
                 self._load_checked_export(session(target), path, target, reference)
-                return
-            except Exception as exc:  # anything off: check the export against torch again
+                return True
+            except Exception as exc:  # anything off: the next place, at last torch
                 log.warning(
-                    "cached ONNX export %s not usable on its own (%s: %s); checking it "
-                    "against torch",
+                    "ONNX export %s not usable on its own (%s: %s); %s",
                     target,
                     type(exc).__name__,
                     exc,
+                    then,
                 )
-        self._load_through_torch(session, path, target, reference)
+                return False
+
+        file_name = _export_name(self._name, path)
+        if prebuilt_dir is not None:
+            pre = Path(prebuilt_dir).expanduser() / file_name
+            if checked(pre, "trying the cache"):
+                self.export_path = pre
+                return
+            if not pre.is_file():
+                log.info("no prebuilt ONNX export %s; trying the cache", pre)
+        target = Path(cache_dir or DEFAULT_ONNX_CACHE).expanduser() / file_name
+        if not checked(target, "checking it against torch"):
+            self._load_through_torch(session, path, target, _reference_path(target))
+        self.export_path = target
 
     def _load_checked_export(
         self, sess: Any, model_dir: str, target: Path, reference: Path
@@ -235,8 +262,9 @@ def _fingerprint(model_dir: str) -> str:
     return h.hexdigest()[:16]
 
 
-def _export_path(cache: Path, name: str, model_dir: str) -> Path:
-    return cache / f"{Path(name).name}-{_fingerprint(model_dir)}.onnx"
+def _export_name(name: str, model_dir: str) -> str:
+    """File name of a model's export: its name and content hash."""
+    return f"{Path(name).name}-{_fingerprint(model_dir)}.onnx"
 
 
 def _reference_path(target: Path) -> Path:
@@ -275,6 +303,7 @@ def _write_atomic(target: Path, write: Any) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
+        os.chmod(tmp, _SHARED_MODE)
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
@@ -329,6 +358,7 @@ def _exported(
                 dynamic_axes={k: {0: "batch", 1: "tokens"} for k in inputs},
                 opset_version=17,
             )
+        os.chmod(tmp, _SHARED_MODE)
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):

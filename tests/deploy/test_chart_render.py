@@ -185,3 +185,17 @@ def test_values_shown_in_the_deploy_readme_install(render: Any) -> None:
         docs = render(merged)
         _validate_all(docs, versions=("latest",))
     assert ("CronJob", f"{FULLNAME}-retrain") in docs
+
+
+def test_the_prebuilt_encoder_directory_reaches_the_worker(render: Any) -> None:
+    from sidecar.settings import ScoringSettings
+
+    def env(values: dict[str, Any] | None) -> str:
+        value: str = render(values)[("ConfigMap", f"{FULLNAME}-env")]["data"][
+            "SIDECAR_SCORING__ONNX_PREBUILT_DIR"
+        ]
+        return value
+
+    assert env(None) == "/opt/ood-sidecar/onnx"
+    off = env({"scoring": {"onnxPrebuiltDir": ""}})
+    assert off == "" and ScoringSettings(onnx_prebuilt_dir=off).onnx_prebuilt_dir is None

@@ -88,3 +88,22 @@ def test_chart_app_version_is_the_package_version() -> None:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert chart["appVersion"] == project["version"]
     assert chart["apiVersion"] == "v2"
+
+
+def test_the_image_carries_a_checked_encoder_export_where_workers_look() -> None:
+    steps = _instructions()
+    runtime_at = max(i for i, (word, _) in enumerate(steps) if word == "FROM")
+    build, runtime = steps[:runtime_at], steps[runtime_at:]
+    prepared = [
+        a.split("--dir", 1)[1].split()[0]
+        for w, a in build
+        if w == "RUN" and "sidecar prepare-encoder" in a
+    ]
+    assert len(prepared) == 1, "the build stage must export the encoder once"
+    where = prepared[0]
+    copied = [a.split()[1] for w, a in runtime if w == "COPY" and a.startswith("--from=build")]
+    assert any(where == c or where.startswith(c.rstrip("/") + "/") for c in copied)
+    env_text = " ".join(a for w, a in runtime if w == "ENV")
+    assert f"SIDECAR_SCORING__ONNX_PREBUILT_DIR={where}" in env_text
+    values = yaml.safe_load((CHART_DIR / "values.yaml").read_text())
+    assert values["scoring"]["onnxPrebuiltDir"] == where

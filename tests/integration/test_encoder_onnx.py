@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -52,12 +54,26 @@ import json, sys
 import numpy as np
 from sidecar.scoring import load_encoder
 from sidecar.settings import ScoringSettings
+prebuilt = sys.argv[3] if len(sys.argv) > 3 else None
 enc = load_encoder(ScoringSettings(encoder_backend="onnx", encoder_threads=1,
-                                   onnx_cache_dir=sys.argv[1]))
+                                   onnx_cache_dir=sys.argv[1], onnx_prebuilt_dir=prebuilt))
 texts = json.loads(sys.argv[2])
 print(json.dumps({"torch": "torch" in sys.modules, "backend": enc.backend,
-                  "emb": enc.encode(texts).tolist()}))
+                  "export": str(enc.export_path), "emb": enc.encode(texts).tolist()}))
 """
+
+
+def _reload(cache: Path, texts: list[str], prebuilt: Path | None = None) -> tuple[dict, str]:
+    """Load the encoder in a fresh interpreter: (what it reports, its stderr)."""
+    args = [sys.executable, "-c", _RELOAD, str(cache), json.dumps(texts)]
+    out = subprocess.run(
+        args + ([str(prebuilt)] if prebuilt else []),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
 
 
 def test_a_checked_export_serves_without_importing_torch(
@@ -70,14 +86,7 @@ def test_a_checked_export_serves_without_importing_torch(
     texts = [*[t for t, _ in demo_data().labelled()][:12], "word " * 600]
     want = first.encode(texts)
 
-    out = subprocess.run(
-        [sys.executable, "-c", _RELOAD, str(tmp_path), json.dumps(texts)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
-    doc = json.loads(out.stdout.strip().splitlines()[-1])
+    doc, _ = _reload(tmp_path, texts)
     assert doc["backend"] == "onnx" and doc["torch"] is False
     np.testing.assert_allclose(np.asarray(doc["emb"], dtype=np.float32), want, atol=1e-6)
 
@@ -88,11 +97,39 @@ def test_a_checked_export_serves_without_importing_torch(
         again = load_encoder(sc)
     assert "checking it against torch" in caplog.text
     np.testing.assert_allclose(again.encode(texts), want, atol=1e-6)
-    ok = subprocess.run(
-        [sys.executable, "-c", _RELOAD, str(tmp_path), json.dumps(texts[:1])],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
-    assert json.loads(ok.stdout.strip().splitlines()[-1])["torch"] is False
+    assert _reload(tmp_path, texts[:1])[0]["torch"] is False
+
+
+def test_a_prepared_export_serves_from_its_own_directory_without_writing(
+    tmp_path: Path,
+) -> None:
+    from click.testing import CliRunner
+
+    from sidecar.cli import main
+
+    pre, cache = tmp_path / "prebuilt", tmp_path / "cache"
+    res = CliRunner().invoke(main, ["prepare-encoder", "--dir", str(pre)])
+    assert res.exit_code == 0, res.output
+    files = sorted(pre.iterdir())
+    assert [f.suffix for f in files] == [".onnx", ".npy"]
+    # readable by the worker's uid when made by another (the image is built as root)
+    assert all(stat.S_IMODE(f.stat().st_mode) == 0o644 for f in files)
+    before = {f.name: (f.stat().st_mtime_ns, f.stat().st_size) for f in files}
+    texts = [t for t, _ in demo_data().labelled()][:8]
+    want = SentenceTransformerEncoder(threads=1).encode(texts)
+
+    doc, _ = _reload(cache, texts, prebuilt=pre)
+    assert doc["backend"] == "onnx" and doc["torch"] is False
+    assert Path(doc["export"]).parent == pre
+    assert np.sum(np.asarray(doc["emb"]) * want, axis=1).min() > 0.99999
+    assert not cache.exists()  # nothing exported, nothing written
+    assert {f.name: (f.stat().st_mtime_ns, f.stat().st_size) for f in pre.iterdir()} == before
+
+    # A prebuilt export that does not check out is passed over for the cache.
+    bad = tmp_path / "bad"
+    shutil.copytree(pre, bad)
+    ref = next(bad.glob("*.npy"))
+    np.save(ref, -np.load(ref), allow_pickle=False)
+    doc, err = _reload(pre, texts, prebuilt=bad)
+    assert "trying the cache" in err
+    assert doc["torch"] is False and Path(doc["export"]).parent == pre

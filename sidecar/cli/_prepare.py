@@ -1,0 +1,45 @@
+"""``sidecar prepare-encoder``: export and check the ONNX encoder ahead of time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from sidecar.cli._root import main
+
+
+@main.command("prepare-encoder")
+@click.option(
+    "--encoder",
+    default=None,
+    help="sentence-transformers name or local model directory [default: scoring.encoder].",
+)
+@click.option(
+    "--dir",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where to write the export [default: scoring.onnx_cache_dir].",
+)
+def prepare_encoder(encoder: str | None, out_dir: Path | None) -> None:
+    """Export the encoder to ONNX and check it against torch, once, ahead of time.
+
+    Writes <model>-<content hash>.onnx and the torch embeddings of the probe texts it
+    was checked against. A worker whose scoring.onnx_prebuilt_dir (read-only is fine) or
+    scoring.onnx_cache_dir holds both files loads the encoder without importing torch,
+    in a fraction of the time and memory of a first start. The container image runs
+    this at build time; run it yourself for a shared cache volume or a custom model.
+    Needs torch and the onnx package, and a Transformer + mean Pooling model.
+    """
+    from sidecar.scoring import available_cpus
+    from sidecar.scoring._onnx import OnnxEncoder, _reference_path
+    from sidecar.settings import load_settings
+
+    scoring = load_settings().scoring
+    where = out_dir or scoring.onnx_cache_dir
+    enc = OnnxEncoder(encoder or scoring.encoder, threads=available_cpus(), cache_dir=where)
+    path = enc.export_path
+    mb = path.stat().st_size / 2**20
+    click.echo(f"{enc.name}: {path} ({mb:.0f} MB), checked against {_reference_path(path).name}")
+    click.echo(f"serve it with SIDECAR_SCORING__ONNX_PREBUILT_DIR={path.parent}")

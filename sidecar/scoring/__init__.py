@@ -18,12 +18,6 @@ from sidecar.scoring._baselines import (
     ResidualDetector,
 )
 from sidecar.scoring._calibration import DEFAULT_TARGET_FRR, conformal_threshold
-from sidecar.scoring._classifiers import (
-    CombinedDetector,
-    GMMDetector,
-    LogRegDetector,
-    SVMDetector,
-)
 from sidecar.scoring._encoder import (
     DEFAULT_ENCODER,
     Encoder,
@@ -34,8 +28,11 @@ from sidecar.scoring._encoder import (
 )
 from sidecar.scoring._fit import fit_ood_model
 from sidecar.scoring._geometric import EpsilonBall, EpsilonCube, EpsilonRect
+from sidecar.scoring._gmm import GMMDetector
+from sidecar.scoring._linear import CombinedDetector, LogRegDetector
 from sidecar.scoring._model import OODModel
 from sidecar.scoring._subspace import KBSubspace, select_evr, select_pvalue
+from sidecar.scoring._svm import SVMDetector
 
 __all__ = [
     "DEFAULT_ENCODER",

@@ -111,7 +111,8 @@ def e2e(
     throughput_qps, latency_ms_p50/p99, encoder_only_qps, ratio_to_encoder,
     worker_peak_rss_mb, the per-query time split and the targets.
     """
-    from sidecar.stream._bench import median_report, run_e2e
+    from sidecar.stream._bench import run_e2e
+    from sidecar.stream._bench_report import median_report
 
     work = workdir or Path(tempfile.mkdtemp(prefix="sidecar-bench-e2e-"))
     runs = []

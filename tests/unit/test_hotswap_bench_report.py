@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sidecar.cli._bench_swap import _report
+from sidecar.stream._swap_report import swap_report
 
 A, B = "a" * 16, "b" * 16
 PROMOTE, ROLLBACK = 100.0, 200.0  # unix seconds
@@ -23,7 +23,7 @@ def verdict(qid: str, part: int, off: int, version: str | None, ts_s: float) -> 
 
 def report(verdicts: list[dict[str, Any]], sent_ids: list[str]) -> dict[str, Any]:
     sent = {q: (50.0 + i, 0) for i, q in enumerate(sent_ids)}
-    return _report(
+    return swap_report(
         sent=sent,
         verdicts=verdicts,
         marks={"promote": PROMOTE, "rollback": ROLLBACK},
@@ -71,7 +71,7 @@ def test_regression_loss_and_duplicates_are_counted() -> None:
 
 
 def test_aggregate_sums_counts_and_takes_medians() -> None:
-    from sidecar.cli._bench_swap import _aggregate
+    from sidecar.stream._swap_report import aggregate_runs
 
     good = [
         verdict("q1", 0, 0, A, 99),
@@ -83,7 +83,7 @@ def test_aggregate_sums_counts_and_takes_medians() -> None:
     ]
     ids = [f"q{i}" for i in range(1, 7)]
     runs = [report(good, ids), report(good, ids), report(good[:-1], ids)]
-    agg = _aggregate(runs)
+    agg = aggregate_runs(runs)
     assert agg["sent"] == 18 and agg["lost"] == 1 and agg["config"]["repeat"] == 3
     assert agg["swap_latency_ms"]["per_run"] == [1000.0, 1000.0, None]
     assert agg["swap_latency_ms"]["max"] is None  # a run without a full swap is not hidden

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from sidecar.stream._bench import TARGETS, percentile, scrape
+from sidecar.stream._bench_report import TARGETS, percentile, scrape
 
 
 def test_percentile_interpolates() -> None:
@@ -66,7 +66,7 @@ def _run(ratio: float, p99_half: float, rss: float) -> dict[str, Any]:
 
 
 def test_median_report_takes_medians_the_worst_rss_and_keeps_every_run() -> None:
-    from sidecar.stream._bench import median_report
+    from sidecar.stream._bench_report import median_report
 
     runs = [_run(0.80, 40.0, 700.0), _run(0.90, 60.0, 650.0), _run(0.95, 45.0, 1600.0)]
     rep = median_report(runs)

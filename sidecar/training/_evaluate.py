@@ -27,6 +27,7 @@ from sidecar.training._search import (
     fixed_fit,
     search,
 )
+from sidecar.training._targets import PROTOCOL_M, protocol_table, targets
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +47,8 @@ DETECTORS = (
     "knn",
 )
 BASELINES = ("max_cosine", "mahalanobis", "knn")
-PRODUCT_DETECTOR = "combined"
-# The paper's protocol: same detector, same m, EVR vs p-value PC selection.
-PROTOCOL_M = 13
-# Every detector of the paper, plus the product's combined detector, at the first
-# parameters of its search grid.
+# The paper's protocol, PROTOCOL_M PCs under both criteria: every detector of the
+# paper, plus the product's combined detector, at the first parameters of its grid.
 PROTOCOL_CANDIDATES = (
     Candidate("epsilon_ball", PROTOCOL_M, {"quantile": 0.95}),
     Candidate("epsilon_cube", PROTOCOL_M, {"quantile": 0.95}),
@@ -60,7 +58,6 @@ PROTOCOL_CANDIDATES = (
     Candidate("gmm", PROTOCOL_M, {"n_components": 4}),
     Candidate("combined", PROTOCOL_M, {"C": 1.0, "features": ["pcs", "residual"]}, (64,)),
 )
-PAPER_DETECTORS = ("epsilon_ball", "epsilon_cube", "epsilon_rect", "logreg", "svm", "gmm")
 METRIC_KEYS = (
     "auroc",
     "fpr_at_95tpr",
@@ -278,143 +275,11 @@ def evaluate_benchmark(
         "threshold_rule": threshold_rule,
         "kbs": per_kb,
         "mean": mean,
-        "pvalue_vs_evr": _protocol_table(protocol),
+        "pvalue_vs_evr": protocol_table(protocol),
         "wall_s": round(time.perf_counter() - t0, 1),
     }
     out["best_by_mean_auroc"] = (
         max(mean, key=lambda d: mean[d].get("auroc", -1.0)) if mean else None
     )
     out["targets"] = targets(out)
-    return out
-
-
-def _protocol_table(protocol: Mapping[str, Any]) -> dict[str, Any]:
-    """Mean difference p-value minus EVR, per detector, at the same m."""
-    table: dict[str, Any] = {"m": PROTOCOL_M, "detectors": {}}
-    dets = sorted({d for kb in protocol.values() for d in kb})
-    for d in dets:
-        rows = {kb: v[d] for kb, v in protocol.items() if d in v}
-        entry: dict[str, Any] = {}
-        for metric in ("auroc", "paper_accuracy", "balanced_accuracy"):
-            pv = [r["pvalue"][metric] for r in rows.values()]
-            ev = [r["evr"][metric] for r in rows.values()]
-            entry[metric] = {
-                "pvalue": float(np.mean(pv)),
-                "evr": float(np.mean(ev)),
-                "mean_diff": float(np.mean(np.subtract(pv, ev))),
-                "kbs_pvalue_better": int(np.sum(np.greater(pv, ev))),
-                "kbs": len(pv),
-            }
-        entry["per_kb"] = {
-            kb: {c: {k: r[c][k] for k in ("auroc", "paper_accuracy")} for c in ("evr", "pvalue")}
-            for kb, r in rows.items()
-        }
-        table["detectors"][d] = entry
-    paper = [d for d in PAPER_DETECTORS if d in table["detectors"]]
-    if paper:
-        # The paper's comparison in one figure: every paper detector weighs the same.
-        table["paper_detectors_mean"] = {
-            "detectors": paper,
-            **{
-                metric: {
-                    key: float(np.mean([table["detectors"][d][metric][key] for d in paper]))
-                    for key in ("pvalue", "evr", "mean_diff")
-                }
-                | {
-                    "detectors_pvalue_better": sum(
-                        table["detectors"][d][metric]["mean_diff"] > 0 for d in paper
-                    )
-                }
-                for metric in ("auroc", "paper_accuracy", "balanced_accuracy")
-            },
-        }
-    return table
-
-
-def targets(report: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The issue's targets for this benchmark, with the measured figure and whether met."""
-    out: list[dict[str, Any]] = []
-    mean, kbs, bench = report["mean"], report["kbs"], report["benchmark"]
-    prod = PRODUCT_DETECTOR
-    if bench in ("clinc150", "stackexchange") and prod in mean:
-        out.append(
-            {
-                "target": f"mean AUROC of {prod} >= 0.99",
-                "measured": mean[prod]["auroc"],
-                "met": mean[prod]["auroc"] >= 0.99,
-            }
-        )
-        if "max_cosine" in mean:
-            gaps = {kb: v[prod]["auroc"] - v["max_cosine"]["auroc"] for kb, v in kbs.items()}
-            worst = min(gaps, key=lambda kb: gaps[kb])
-            out.append(
-                {
-                    "target": f"{prod} AUROC >= max_cosine AUROC on every KB",
-                    "measured": {
-                        "worst_kb": worst,
-                        "worst_gap": gaps[worst],
-                        "kbs_below": sorted(k for k, g in gaps.items() if g < 0),
-                    },
-                    "met": gaps[worst] >= 0,
-                }
-            )
-        dims = max(v[prod]["dims"] for v in kbs.values())
-        out.append({"target": f"{prod} uses <= 32 dims", "measured": dims, "met": dims <= 32})
-    if bench == "covid" and prod in mean:
-        ba = mean[prod]["balanced_accuracy"]
-        rule = report.get("threshold_rule", "frr")
-        if rule == "frr":
-            rule += f" {report.get('target_frr')}"
-        out.append(
-            {
-                "target": f"balanced accuracy of {prod} >= 0.985 (threshold rule {rule})",
-                "measured": ba,
-                "met": ba >= 0.985,
-            }
-        )
-        best = max(mean, key=lambda d: mean[d]["balanced_accuracy"])
-        out.append(
-            {
-                "target": "best detector by balanced accuracy (information)",
-                "measured": {
-                    "detector": best,
-                    "balanced_accuracy": mean[best]["balanced_accuracy"],
-                },
-                "met": mean[best]["balanced_accuracy"] >= 0.985,
-            }
-        )
-    proto = report.get("pvalue_vs_evr", {}).get("detectors", {})
-    for d, v in sorted(proto.items()):
-        pa = v["paper_accuracy"]
-        out.append(
-            {
-                "target": f"p-value beats EVR at m={PROTOCOL_M} on average (paper accuracy), {d}",
-                "measured": {
-                    "pvalue": pa["pvalue"],
-                    "evr": pa["evr"],
-                    "margin": pa["mean_diff"],
-                    "kbs_pvalue_better": f"{pa['kbs_pvalue_better']}/{pa['kbs']}",
-                    "auroc_margin": v["auroc"]["mean_diff"],
-                },
-                "met": pa["mean_diff"] > 0,
-            }
-        )
-    avg = report.get("pvalue_vs_evr", {}).get("paper_detectors_mean")
-    if avg:
-        pa = avg["paper_accuracy"]
-        out.append(
-            {
-                "target": f"p-value beats EVR at m={PROTOCOL_M} on average over the paper's "
-                "detectors (paper accuracy)",
-                "measured": {
-                    "pvalue": pa["pvalue"],
-                    "evr": pa["evr"],
-                    "margin": pa["mean_diff"],
-                    "detectors_pvalue_better": f"{pa['detectors_pvalue_better']}/"
-                    f"{len(avg['detectors'])}",
-                    "auroc_margin": avg["auroc"]["mean_diff"],
-                },
-                "met": pa["mean_diff"] > 0,
-            }
-        )
     return out

@@ -154,7 +154,7 @@ def test_auto_criterion_keeps_the_better_validation_auroc_of_both() -> None:
 
 
 def test_protocol_fits_every_paper_detector_under_both_criteria() -> None:
-    from sidecar.training._evaluate import PAPER_DETECTORS, PROTOCOL_M, _protocol_table
+    from sidecar.training._targets import PAPER_DETECTORS, PROTOCOL_M, protocol_table
 
     res = evaluate_task(
         _task(), _emb_factory(), encoder={"name": "fake", "dim": DIM}, detectors=(), protocol=True
@@ -166,5 +166,5 @@ def test_protocol_fits_every_paper_detector_under_both_criteria() -> None:
         assert all(row["m"] == PROTOCOL_M for row in byc.values()), d
         assert all(0.0 <= row["paper_accuracy"] <= 1.0 for row in byc.values()), d
     assert proto["logreg"]["pvalue"]["auroc"] > 0.9
-    table = _protocol_table({"t": proto})
+    table = protocol_table({"t": proto})
     assert table["paper_detectors_mean"]["detectors"] == list(PAPER_DETECTORS)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sidecar.training._evaluate import _protocol_table, targets
+from sidecar.training._targets import protocol_table, targets
 
 
 def _proto(pv: float, ev: float) -> dict[str, object]:
@@ -60,7 +60,7 @@ def test_protocol_table_averages_the_paper_detectors_only() -> None:
             "combined": _kb_rows(0.10, 0.90),
         },
     }
-    table = _protocol_table(protocol)
+    table = protocol_table(protocol)
     ball = table["detectors"]["epsilon_ball"]["paper_accuracy"]
     assert abs(ball["mean_diff"] + 0.15) < 1e-12 and ball["kbs_pvalue_better"] == 0
     avg = table["paper_detectors_mean"]

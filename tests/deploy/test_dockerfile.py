@@ -75,6 +75,7 @@ def test_runtime_is_non_root_offline_and_runs_the_worker() -> None:
     assert users and users[-1].split(":")[0] not in {"0", "root"}
     env_text = " ".join(a for w, a in runtime if w == "ENV")
     assert "HF_HUB_OFFLINE=1" in env_text
+    assert "ORT_DISABLE_TELEMETRY=1" in env_text  # onnxruntime's usage telemetry
     assert ("ENTRYPOINT", '["sidecar"]') in runtime
     assert ("CMD", '["worker"]') in runtime
     assert not [w for w, _ in runtime if w == "HEALTHCHECK"]

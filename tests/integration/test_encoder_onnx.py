@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import stat
 import subprocess
@@ -133,3 +134,40 @@ def test_a_prepared_export_serves_from_its_own_directory_without_writing(
     doc, err = _reload(pre, texts, prebuilt=bad)
     assert "trying the cache" in err
     assert doc["torch"] is False and Path(doc["export"]).parent == pre
+
+
+_ORT_SESSION = """
+import sidecar  # noqa: F401  (first, as in every entry point of the product)
+import numpy as np
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g", [x], [y])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+assert sess.run(None, {"x": np.ones(1, np.float32)})[0][0] == 1.0
+"""
+
+
+def _ort_state_after_a_session(home: Path, opt_out: str | None) -> list[str]:
+    """Files onnxruntime leaves under ``home`` after one session in a fresh process."""
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("ORT_DISABLE_TELEMETRY", "XDG_CACHE_HOME")
+    }
+    env["HOME"] = str(home)
+    if opt_out is not None:
+        env["ORT_DISABLE_TELEMETRY"] = opt_out
+    home.mkdir()
+    subprocess.run([sys.executable, "-c", _ORT_SESSION], env=env, check=True, timeout=120)
+    return sorted(str(p.relative_to(home)) for p in home.rglob("*"))
+
+
+def test_onnx_runtime_telemetry_is_off_unless_the_operator_turns_it_on(tmp_path: Path) -> None:
+    allowed = _ort_state_after_a_session(tmp_path / "allowed", opt_out="0")
+    if not allowed:
+        pytest.skip("this onnxruntime build keeps no telemetry state: nothing to switch off")
+    # e.g. .cache/Microsoft/DeveloperTools/.onnxruntime/deviceid and its event cache
+    assert any("Microsoft" in p for p in allowed), allowed
+    assert _ort_state_after_a_session(tmp_path / "default", opt_out=None) == []

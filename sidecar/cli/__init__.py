@@ -11,6 +11,7 @@ from sidecar.cli import (  # noqa: F401  (imported for registration)
     _explain,
     _models,
     _prepare,
+    _score,
     _train,
     _worker,
 )

@@ -1,0 +1,183 @@
+"""``sidecar score``: the worker's verdicts for a few queries, without Kafka.
+
+For operators: check what the active model (or a candidate version, or a freshly trained
+artifact directory) says about known queries before promoting it, or reproduce a verdict
+from the stream. The queries go through the worker's own batch scorer (same parsing, input
+policy, encoder backend and threshold), so the verdicts are the ones the stream would
+write, and a malformed line gets the dead-letter reason the stream would give it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from sidecar.cli._models import _open, _resolve, _store_options
+from sidecar.cli._root import main
+
+_TEXT_WIDTH = 70
+
+
+@main.command("score")
+@click.argument("texts", nargs=-1)
+@click.option(
+    "--file",
+    "query_file",
+    type=click.Path(path_type=Path, dir_okay=False, allow_dash=True),
+    default=None,
+    help="One query per line: plain text, or a JSON record as on the queries topic "
+    '({"text"[, "id", "kb", ...]}); \'-\' reads standard input.',
+)
+@click.option("--kb", default=None, help="KB to score against [default: scoring.default_kb].")
+@click.option(
+    "--version",
+    "ref",
+    default="active",
+    show_default=True,
+    help="Store version: active, previous, a version id or a unique prefix of one.",
+)
+@click.option(
+    "--artifact",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Score with this artifact directory (`sidecar train --out`) instead of the store.",
+)
+@_store_options
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the verdict / dead-letter records as JSON lines."
+)
+def score_command(
+    texts: tuple[str, ...],
+    query_file: Path | None,
+    kb: str | None,
+    ref: str,
+    artifact: Path | None,
+    store_dir: Path | None,
+    redis_url: str | None,
+    as_json: bool,
+) -> None:
+    """Score TEXTS (and/or --file) with a model and print the worker's verdicts.
+
+    The model is the KB's active version in the store by default (--version picks another,
+    e.g. a candidate stored with `sidecar train --publish --no-promote`), or an artifact
+    directory (--artifact; checksums verified). The encoder is the one the model was
+    built with, on the configured backend. Records the stream would dead-letter are shown
+    with their reason code; the exit status is 0 either way.
+    """
+    from model_store import load_dir
+    from sidecar.errors import ConfigError
+    from sidecar.settings import load_settings
+
+    settings = load_settings()
+    kb_name = kb or settings.scoring.default_kb
+    records = [{"id": f"arg-{i}", "text": t} for i, t in enumerate(texts)]
+    values = [json.dumps(r).encode() for r in records] + _read_lines(query_file)
+    if not values:
+        raise click.UsageError("give query TEXTS or --file")
+    if artifact is not None:
+        if store_dir or redis_url or ref != "active":
+            raise ConfigError("--artifact scores that directory: leave out the store options")
+        art = load_dir(artifact)
+        version = art.version
+        if kb is not None and kb != art.manifest.get("kb"):
+            raise ConfigError(f"{artifact} is a model of KB {art.manifest.get('kb')!r}, not {kb!r}")
+    else:
+        with _open(store_dir, redis_url) as store:
+            version = _resolve(store, kb_name, ref)
+            art = store.get(kb_name, version)
+    outcome, model = _score(settings, art, version, values)
+
+    now_ms = time.time() * 1000.0
+    rows = sorted(
+        [(v.query.raw.offset, v.to_record(now_ms=now_ms), v.query.text) for v in outcome.verdicts]
+        + [(d.raw.offset, d.to_record(now_ms=now_ms), None) for d in outcome.dead],
+        key=lambda r: r[0],
+    )
+    if as_json:
+        for _, doc, _ in rows:
+            click.echo(json.dumps(doc))
+        return
+    click.echo(
+        f"KB {model.kb!r}, version {version[:12]}, detector {model.detector_name}, "
+        f"threshold {model.threshold:.4f} (score above it: OOD)"
+    )
+    for _, doc, text in rows:
+        if text is None:
+            click.echo(f"  DLQ  {doc['reason']}: {doc['detail']}")
+            continue
+        shown = text if len(text) <= _TEXT_WIDTH else text[: _TEXT_WIDTH - 1] + "…"
+        score = f"{doc['score']:+9.4f}" if doc["score"] is not None else f"{doc['reason']:>9}"
+        click.echo(f"  {doc['verdict']:<4} {score}  {shown}")
+
+
+def _read_lines(path: Path | None) -> list[bytes]:
+    """Record values from the non-blank lines of ``path`` ('-': standard input).
+
+    A line that starts with ``{`` is a record as the queries topic carries it (an ``id``
+    is filled in when missing; anything else wrong with it is the stream's dead letter);
+    any other line is the text of one query.
+    """
+    if path is None:
+        return []
+    if str(path) == "-":
+        data = sys.stdin.buffer.read()
+    else:
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise click.FileError(str(path), hint=exc.strerror or str(exc)) from exc
+    out = []
+    for n, line in enumerate(data.splitlines(), start=1):
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if not stripped.startswith(b"{"):
+            text = line.decode("utf-8", errors="surrogateescape")
+            out.append(json.dumps({"id": f"line-{n}", "text": text}).encode())
+            continue
+        try:
+            doc = json.loads(stripped)
+        except ValueError:
+            doc = None
+        if isinstance(doc, dict) and "id" not in doc:
+            doc["id"] = f"line-{n}"
+            stripped = json.dumps(doc).encode()
+        out.append(stripped)
+    return out
+
+
+def _score(settings: Any, art: Any, version: str, values: list[bytes]) -> Any:
+    """Run the worker's batch scorer once over ``values`` with the model of ``art``."""
+    import asyncio
+
+    from sidecar.hotswap import LoadedModel
+    from sidecar.scoring import OODModel, load_encoder
+    from sidecar.stream._batch import BatchScorer
+    from sidecar.stream._records import InputPolicy, Raw
+
+    model = OODModel.from_artifact(art)
+    kb = model.kb
+    encoder = load_encoder(settings.scoring, name=str(model.encoder["name"]))
+    model.check_encoder(encoder.name, encoder.dim)
+    loaded = LoadedModel(kb=kb, version=version, model=model, loaded_at=time.time())
+
+    class _One:
+        def snapshot(self) -> dict[str, LoadedModel]:
+            return {kb: loaded}
+
+    sc = settings.scoring
+    policy = InputPolicy(
+        kbs=(kb,), default_kb=kb, max_text_chars=sc.max_text_chars, overlong=sc.overlong
+    )
+    scorer = BatchScorer(encoder, _One(), policy, fail_mode=sc.fail_mode)
+    raws = [Raw(value=v, topic="cli", partition=0, offset=i) for i, v in enumerate(values)]
+    try:
+        outcome = asyncio.run(scorer.score(raws))
+    finally:
+        scorer.encoder_thread.close()
+    return outcome, model

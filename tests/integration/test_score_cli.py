@@ -1,0 +1,117 @@
+"""``sidecar score``: the worker's verdicts for ad hoc queries, from an artifact or the store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from model_store import load_dir
+from sidecar.cli import main
+from sidecar.scoring import OODModel, load_encoder
+from sidecar.settings import load_settings
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The demo KB's model, written to a directory and published to a directory store."""
+    root = tmp_path_factory.mktemp("score")
+    out, store = root / "model", root / "store"
+    res = CliRunner().invoke(
+        main,
+        [
+            "train",
+            "--out",
+            str(out),
+            "--no-report",
+            "--no-progress",
+            "--publish",
+            "--store-backend",
+            "directory",
+            "--store-dir",
+            str(store),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    return out, store
+
+
+def _records(output: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+
+
+def test_verdicts_are_the_models_and_bad_lines_get_the_streams_reasons(
+    trained: tuple[Path, Path], tmp_path: Path
+) -> None:
+    out, _ = trained
+    texts = ["Can I park at the clinic?", "Write me a sea shanty about pirates"]
+    queries = tmp_path / "queries.txt"
+    queries.write_text(
+        "What are the opening hours on Sunday?\n"
+        "\n"
+        '{"id": "q-7", "text": "Do you treat children?"}\n'
+        '{"text": "no id here, one is filled in"}\n'
+        '{"id": "q-8", "text": "hello", "kb": "elsewhere"}\n'
+        "{not json\n"
+    )
+    res = CliRunner().invoke(
+        main, ["score", "--artifact", str(out), "--file", str(queries), "--json", *texts]
+    )
+    assert res.exit_code == 0, res.output
+    docs = _records(res.output)
+    # input order; dead letters carry the raw payload, not an id
+    assert [d.get("id") for d in docs] == ["arg-0", "arg-1", "line-1", "q-7", "line-4", None, None]
+    assert [d.get("reason") for d in docs[5:]] == ["unknown_kb", "invalid_json"]
+
+    artifact = load_dir(out)
+    model = OODModel.from_artifact(artifact)
+    settings = load_settings()
+    enc = load_encoder(settings.scoring, name=str(model.encoder["name"]))
+    scored = [
+        *texts,
+        "What are the opening hours on Sunday?",
+        "Do you treat children?",
+        "no id here, one is filled in",
+    ]
+    want = model.score(enc.encode(scored))
+    verdicts = [d for d in docs if "verdict" in d]
+    assert len(verdicts) == len(scored)
+    for doc, s in zip(verdicts, want, strict=True):
+        assert doc["model_version"] == artifact.version
+        assert doc["threshold"] == pytest.approx(model.threshold)
+        assert doc["score"] == pytest.approx(float(s), abs=1e-4)
+        assert doc["verdict"] == ("OOD" if s > model.threshold else "ID")
+
+
+def test_the_store_serves_the_same_model_by_version_prefix(trained: tuple[Path, Path]) -> None:
+    out, store = trained
+    version = load_dir(out).version
+    args = ["--json", "Can I park at the clinic?"]
+    from_dir = CliRunner().invoke(main, ["score", "--artifact", str(out), *args])
+    from_store = CliRunner().invoke(
+        main, ["score", "--store-dir", str(store), "--version", version[:6], *args]
+    )
+    assert from_store.exit_code == 0, from_store.output
+    a, b = _records(from_dir.output)[0], _records(from_store.output)[0]
+    assert a["model_version"] == b["model_version"] == version
+    assert np.isclose(float(a["score"]), float(b["score"]), atol=1e-6)
+
+    table = CliRunner().invoke(main, ["score", "--store-dir", str(store), "Can I park?"])
+    assert table.exit_code == 0 and f"version {version[:12]}" in table.output
+
+
+def test_errors_are_one_line(trained: tuple[Path, Path], tmp_path: Path) -> None:
+    out, store = trained
+    cases = [
+        (["score", "--store-dir", str(store), "--version", "previous", "x"], "no previous"),
+        (["score", "--artifact", str(tmp_path), "x"], "not an artifact directory"),
+        (["score", "--artifact", str(out), "--kb", "billing", "x"], "not 'billing'"),
+        (["score", "--artifact", str(out)], "give query TEXTS or --file"),
+    ]
+    for args, message in cases:
+        res = CliRunner().invoke(main, args)
+        assert res.exit_code == 2, (args, res.output)
+        assert message in res.output and "Traceback" not in res.output, res.output

@@ -73,6 +73,13 @@ from sidecar.cli._root import main
     type=int,
     help="stackexchange: seeded subset of each site's evaluation titles [default: all].",
 )
+@click.option(
+    "--report",
+    "report_dir",
+    default=None,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Also write a Markdown report with plots here (see `sidecar eval-report`).",
+)
 @no_progress_option
 def eval_command(
     benchmark: str,
@@ -90,6 +97,7 @@ def eval_command(
     blas_threads: int,
     max_train_per_kb: int | None,
     max_eval_per_kb: int | None,
+    report_dir: Path | None,
     no_progress: bool,
 ) -> None:
     """Evaluate every detector and baseline on a benchmark and write a JSON report.
@@ -148,6 +156,10 @@ def eval_command(
     json_out.parent.mkdir(parents=True, exist_ok=True)
     json_out.write_text(json.dumps(report, indent=2) + "\n")
     click.echo(f"wrote {json_out}")
+    if report_dir is not None:
+        from sidecar.training._eval_report import write_eval_report
+
+        click.echo(f"report: {write_eval_report(report, report_dir)}")
     for d, row in report["mean"].items():
         click.echo(
             f"  {d:14s} AUROC {row['auroc']:.4f}  FPR95 {row['fpr_at_95tpr']:.4f}  "
@@ -156,3 +168,27 @@ def eval_command(
         )
     for t in report["targets"]:
         click.echo(f"  target {'MET ' if t['met'] else 'MISS'} {t['target']}: {t['measured']}")
+
+
+@main.command("eval-report")
+@click.argument("json_file", type=click.Path(path_type=Path, dir_okay=False))
+@click.option(
+    "--out",
+    "out_dir",
+    default=None,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Report directory [default: beside the JSON, <name>_report/].",
+)
+def eval_report_command(json_file: Path, out_dir: Path | None) -> None:
+    """Draw the Markdown report with plots of a `sidecar eval` JSON.
+
+    Plots: AUROC of every detector on every KB (which wins where), mean AUROC and
+    balanced accuracy per detector, p-value against EVR PC selection, and microseconds
+    per query against mean AUROC; tables: the targets, the means and the p-value-vs-EVR
+    differences. Reads the JSON only: nothing is re-run.
+    """
+    from sidecar.training._eval_report import read_eval_json, write_eval_report
+
+    report = read_eval_json(json_file)
+    out = out_dir or json_file.with_name(f"{json_file.stem}_report")
+    click.echo(f"report: {write_eval_report(report, out)}")

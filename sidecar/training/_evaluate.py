@@ -46,7 +46,6 @@ DETECTORS = (
     "mahalanobis",
     "knn",
 )
-BASELINES = ("max_cosine", "mahalanobis", "knn")
 # The paper's protocol, PROTOCOL_M PCs under both criteria: every detector of the
 # paper, plus the product's combined detector, at the first parameters of its grid.
 PROTOCOL_CANDIDATES = (

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 PRODUCT_DETECTOR = "combined"
+BASELINES = ("max_cosine", "mahalanobis", "knn")
 # The paper's protocol: same detector, same m, EVR vs p-value PC selection.
 PROTOCOL_M = 13
 PAPER_DETECTORS = ("epsilon_ball", "epsilon_cube", "epsilon_rect", "logreg", "svm", "gmm")

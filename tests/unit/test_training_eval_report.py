@@ -1,0 +1,102 @@
+"""The evaluation report drawn from an eval JSON: plots, tables, honest misses, clear errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from sidecar.cli import main
+from sidecar.errors import DataError
+from sidecar.training._eval_report import read_eval_json, write_eval_report
+from sidecar.training._targets import protocol_table, targets
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _row(auroc: float, **extra: float) -> dict[str, float]:
+    return {
+        "auroc": auroc,
+        "fpr_at_95tpr": 1 - auroc,
+        "balanced_accuracy": auroc - 0.05,
+        "paper_accuracy": auroc - 0.04,
+        "dims": 13,
+        "us_per_query": 2.0,
+        **extra,
+    }
+
+
+def _report() -> dict[str, Any]:
+    kbs = {
+        "alpha": {"combined": _row(0.995), "max_cosine": _row(0.99), "epsilon_ball": _row(0.95)},
+        "beta": {"combined": _row(0.985), "max_cosine": _row(0.97), "epsilon_ball": _row(0.93)},
+    }
+    mean = {d: _row(sum(kbs[k][d]["auroc"] for k in kbs) / 2) for d in kbs["alpha"]}
+
+    def crit(pv: float, ev: float) -> dict[str, dict[str, float]]:
+        return {
+            c: {"auroc": x, "paper_accuracy": x, "balanced_accuracy": x}
+            for c, x in (("pvalue", pv), ("evr", ev))
+        }
+
+    proto = {
+        "alpha": {"epsilon_ball": crit(0.80, 0.90), "combined": crit(0.95, 0.90)},
+        "beta": {"epsilon_ball": crit(0.82, 0.88), "combined": crit(0.93, 0.92)},
+    }
+    report: dict[str, Any] = {
+        "benchmark": "clinc150",
+        "split": "dev",
+        "encoder": "all-MiniLM-L6-v2",
+        "kbs": kbs,
+        "mean": mean,
+        "pvalue_vs_evr": protocol_table(proto),
+    }
+    report["targets"] = targets(report)
+    return report
+
+
+def test_report_draws_every_plot_and_states_misses(tmp_path: Path) -> None:
+    page = write_eval_report(_report(), tmp_path)
+    for name in ("auroc_by_kb.png", "detectors.png", "cost_quality.png", "pvalue_vs_evr.png"):
+        assert (tmp_path / name).read_bytes()[:8] == PNG, name
+        assert f"]({name})" in page.read_text()
+    text = page.read_text()
+    # best mean AUROC first in the means table
+    rows = [
+        line.split(" | ")[0].lstrip("| ")
+        for line in text.splitlines()
+        if line.startswith(("| combined |", "| max_cosine |", "| epsilon_ball |"))
+    ]
+    assert rows[:3] == ["combined", "max_cosine", "epsilon_ball"]
+    # the ball's protocol target is missed (p-value below EVR on both KBs) and says so
+    ball = next(
+        line for line in text.splitlines() if "average (paper accuracy), epsilon_ball" in line
+    )
+    assert ball.endswith("| **no** |") and "margin -0.0800" in ball
+    assert "| epsilon_ball | 0.8900 | 0.8100 | -0.0800 | 0/2 |" in text
+    assert "mean of the paper's detectors" in text
+
+
+def test_a_file_that_is_not_an_eval_report_is_refused_in_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(DataError, match="is not JSON"):
+        read_eval_json(bad)
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"benchmark": "x"}))
+    with pytest.raises(DataError, match="not a sidecar eval report"):
+        read_eval_json(other)
+    res = CliRunner().invoke(main, ["eval-report", str(other)])
+    assert res.exit_code == 2 and "not a sidecar eval report" in res.output
+    assert "Traceback" not in res.output
+
+
+def test_cli_writes_beside_the_json_by_default(tmp_path: Path) -> None:
+    src = tmp_path / "eval_x.json"
+    src.write_text(json.dumps(_report()))
+    res = CliRunner().invoke(main, ["eval-report", str(src)])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "eval_x_report" / "report.md").is_file()

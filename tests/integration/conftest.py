@@ -12,7 +12,8 @@ import pytest
 
 from sidecar.embedded import EmbeddedBroker, EmbeddedRedis
 
-pytestmark = pytest.mark.integration
+# (A pytestmark here would mark nothing: modules that use the broker or Redis mark
+# themselves `integration`; the rest of this folder needs the real encoder, not services.)
 
 
 @pytest.fixture(scope="session")

@@ -5,32 +5,30 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from sidecar.cli import main
 from sidecar.training._evaluate import METRIC_KEYS, PROTOCOL_CANDIDATES
 
 
+def _eval(data: Path, out: Path, *args: str) -> Result:
+    return CliRunner().invoke(
+        main, ["eval", "--benchmark", "covid", "--data-dir", str(data), "--json", str(out), *args]
+    )
+
+
 def test_eval_writes_the_documented_json_and_its_report(shared_data: Path, tmp_path: Path) -> None:
     out, report = tmp_path / "eval.json", tmp_path / "report"
-    res = CliRunner().invoke(
-        main,
-        [
-            "eval",
-            "--benchmark",
-            "covid",
-            "--data-dir",
-            str(shared_data),
-            "--json",
-            str(out),
-            "--detectors",
-            "combined,max_cosine",
-            "--report",
-            str(report),
-            "--cache-dir",
-            str(tmp_path / "cache"),
-            "--no-progress",
-        ],
+    res = _eval(
+        shared_data,
+        out,
+        "--detectors",
+        "combined,max_cosine",
+        "--report",
+        str(report),
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--no-progress",
     )
     assert res.exit_code == 0, res.output
     doc = json.loads(out.read_text())
@@ -47,20 +45,7 @@ def test_eval_writes_the_documented_json_and_its_report(shared_data: Path, tmp_p
 
 
 def test_a_missing_test_split_is_named_in_one_line(shared_data: Path, tmp_path: Path) -> None:
-    res = CliRunner().invoke(
-        main,
-        [
-            "eval",
-            "--benchmark",
-            "covid",
-            "--data-dir",
-            str(shared_data),
-            "--split",
-            "test",
-            "--json",
-            str(tmp_path / "x.json"),
-        ],
-    )
+    res = _eval(shared_data, tmp_path / "x.json", "--split", "test")
     if res.exit_code == 0:  # the held-out files are present on this machine
         assert json.loads((tmp_path / "x.json").read_text())["split"] == "test"
         return

@@ -137,6 +137,8 @@ class OnnxEncoder(LocalEncoder):
                 return
             if not pre.is_file():
                 log.info("no prebuilt ONNX export %s; trying the cache", pre)
+            elif not _reference_path(pre).is_file():
+                log.warning("prebuilt ONNX export %s has no probe reference; trying the cache", pre)
         target = Path(cache_dir or DEFAULT_ONNX_CACHE).expanduser() / file_name
         if not checked(target, "checking it against torch"):
             self._load_through_torch(session, path, target, _reference_path(target))

@@ -33,7 +33,7 @@ def prepare_encoder(encoder: str | None, out_dir: Path | None) -> None:
     Needs torch and the onnx package, and a Transformer + mean Pooling model.
     """
     from sidecar.scoring import available_cpus
-    from sidecar.scoring._onnx import OnnxEncoder, _reference_path
+    from sidecar.scoring._onnx import OnnxEncoder
     from sidecar.settings import load_settings
 
     scoring = load_settings().scoring
@@ -41,5 +41,5 @@ def prepare_encoder(encoder: str | None, out_dir: Path | None) -> None:
     enc = OnnxEncoder(encoder or scoring.encoder, threads=available_cpus(), cache_dir=where)
     path = enc.export_path
     mb = path.stat().st_size / 2**20
-    click.echo(f"{enc.name}: {path} ({mb:.0f} MB), checked against {_reference_path(path).name}")
+    click.echo(f"{enc.name}: {path} ({mb:.0f} MB), checked against {enc.reference_path.name}")
     click.echo(f"serve it with SIDECAR_SCORING__ONNX_PREBUILT_DIR={path.parent}")

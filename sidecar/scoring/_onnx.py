@@ -78,6 +78,8 @@ class OnnxEncoder(LocalEncoder):
     ----------
     export_path : Path
         The ONNX file in use.
+    reference_path : Path
+        The torch embeddings of the probe texts that ``export_path`` was checked against.
     """
 
     backend = "onnx"
@@ -143,6 +145,10 @@ class OnnxEncoder(LocalEncoder):
         if not checked(target, "checking it against torch"):
             self._load_through_torch(session, path, target, _reference_path(target))
         self.export_path = target
+
+    @property
+    def reference_path(self) -> Path:
+        return _reference_path(self.export_path)
 
     def _load_checked_export(
         self, sess: Any, model_dir: str, target: Path, reference: Path

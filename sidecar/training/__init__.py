@@ -11,16 +11,10 @@ from sidecar.training._datasets import (
     load_stackexchange,
 )
 from sidecar.training._evaluate import DETECTORS, evaluate_benchmark, evaluate_task
+from sidecar.training._grid import Candidate, default_grid
 from sidecar.training._jsonl import KBDocument, read_kb, read_queries
 from sidecar.training._metrics import auroc, balanced_accuracy, fpr_at_tpr, paper_accuracy
-from sidecar.training._search import (
-    Candidate,
-    SearchResult,
-    TrainingSplits,
-    carve_splits,
-    default_grid,
-    search,
-)
+from sidecar.training._search import SearchResult, TrainingSplits, carve_splits, search
 
 __all__ = [
     "BENCHMARKS",

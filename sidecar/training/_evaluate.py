@@ -19,14 +19,9 @@ import numpy as np
 from sidecar.errors import ConfigError
 from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel
 from sidecar.training._datasets import KBTask
+from sidecar.training._grid import Candidate
 from sidecar.training._metrics import auroc, balanced_accuracy, fpr_at_tpr, paper_accuracy
-from sidecar.training._search import (
-    OOD_CAL_FRACTION,
-    Candidate,
-    carve_splits,
-    fixed_fit,
-    search,
-)
+from sidecar.training._search import OOD_CAL_FRACTION, carve_splits, fixed_fit, search
 from sidecar.training._targets import PROTOCOL_M, protocol_table, targets
 
 log = logging.getLogger(__name__)

@@ -21,16 +21,14 @@ import numpy as np
 
 from sidecar.errors import ConfigError, DataError
 from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel
+from sidecar.training._grid import MAX_DIMS, Candidate, default_grid
 from sidecar.training._metrics import auroc, balanced_accuracy, fpr_at_tpr, paper_accuracy
 from sidecar.training._report import ReportData, pc_loadings, write_report
 from sidecar.training._search import (
-    MAX_DIMS,
     OOD_CAL_FRACTION,
-    Candidate,
     SearchResult,
     TrainingSplits,
     carve_splits,
-    default_grid,
     fixed_fit,
     search,
 )

@@ -113,6 +113,8 @@ def test_a_prepared_export_serves_from_its_own_directory_without_writing(
     assert res.exit_code == 0, res.output
     files = sorted(pre.iterdir())
     assert [f.suffix for f in files] == [".onnx", ".npy"]
+    # the export and the probe reference it was checked against, by name
+    assert files[0].name in res.output and files[1].name in res.output
     # readable by the worker's uid when made by another (the image is built as root)
     assert all(stat.S_IMODE(f.stat().st_mode) == 0o644 for f in files)
     before = {f.name: (f.stat().st_mtime_ns, f.stat().st_size) for f in files}

@@ -9,7 +9,7 @@ import pytest
 
 from sidecar.errors import ConfigError
 from sidecar.training import KBTask, carve_splits, evaluate_task, search
-from sidecar.training._search import Candidate
+from sidecar.training._grid import Candidate
 
 DIM = 24
 

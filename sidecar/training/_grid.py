@@ -1,0 +1,81 @@
+"""The search grids: which m and hyperparameters :func:`~._search.search` tries per detector."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# At most this many input columns for the searched detectors (the issue's budget).
+MAX_DIMS = 32
+# Residual norms at several k: the combined detector sees all of them.
+COMBINED_RESIDUAL_KS = (16, 32, 64)
+# The combined detector's labelled-neighbour block: k-th nearest ID / OOD training query.
+COMBINED_NEIGHBOUR_KS = (1, 5)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One point of a search grid."""
+
+    detector: str
+    m: int = 13
+    params: Mapping[str, Any] = field(default_factory=dict)
+    residual_ks: tuple[int, ...] | None = None
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "m": self.m,
+            "params": dict(self.params),
+            "residual_ks": list(self.residual_ks) if self.residual_ks else None,
+        }
+
+
+def default_grid(detector: str) -> list[Candidate]:
+    """The search grid of ``detector``: m and its own radius / sides / C / width.
+
+    Kept small on purpose: every candidate refits the KB PCA.
+    """
+    c = Candidate
+    if detector in ("epsilon_ball", "epsilon_cube", "epsilon_rect"):
+        return [c(detector, m, {"quantile": q}) for m in (8, 13) for q in (0.95, 0.99)]
+    if detector == "logreg":
+        return [c(detector, m, {"C": C}) for m in (13, MAX_DIMS) for C in (0.1, 1.0)]
+    if detector == "svm":
+        return [c(detector, 13, {"C": 1.0, "max_samples": 2000})]
+    if detector == "gmm":
+        return [c(detector, m, {"n_components": 4}) for m in (8, 13)]
+    if detector == "residual":
+        return [c(detector, 13, {}, (k,)) for k in (32, 64)]
+    if detector == "combined":
+        n_res = len(COMBINED_RESIDUAL_KS)
+        with_cos = {"features": ["pcs", "residual", "max_cosine"]}
+        out = [
+            c(detector, m, {"C": C, **with_cos}, COMBINED_RESIDUAL_KS)
+            for m in (20, MAX_DIMS - n_res - 1)
+            for C in (0.1, 1.0)
+        ]
+        out += [
+            c(
+                detector,
+                MAX_DIMS - n_res,
+                {"C": C, "features": ["pcs", "residual"]},
+                COMBINED_RESIDUAL_KS,
+            )
+            for C in (0.1, 1.0)
+        ]
+        # + labelled neighbours: nearest ID / OOD training queries (2 * 2 columns)
+        with_nb: dict[str, Any] = {
+            "features": [*with_cos["features"], "neighbours"],
+            "neighbour_ks": list(COMBINED_NEIGHBOUR_KS),
+        }
+        n_nb = 2 * len(COMBINED_NEIGHBOUR_KS)
+        out += [
+            c(detector, m, {"C": C, **with_nb}, COMBINED_RESIDUAL_KS)
+            for m in (20, MAX_DIMS - n_res - 1 - n_nb)
+            for C in (0.1, 1.0)
+        ]
+        return out
+    if detector == "knn":
+        return [c(detector, 13, {"n_neighbors": 10})]
+    return [c(detector)]  # max_cosine, mahalanobis: nothing to tune

@@ -23,10 +23,12 @@ from model_store._errors import (
     InvalidName,
     ModelStoreError,
     SignatureInvalid,
+    StoreMisconfigured,
     StoreUnavailable,
 )
 from model_store._redis import RedisStore
 from model_store._redis_async import AsyncRedisStore
+from model_store._redis_common import safe_url
 from model_store._store import AsyncModelStore, ModelStore, StoreEvent, VersionInfo
 
 __all__ = [
@@ -46,12 +48,14 @@ __all__ = [
     "RedisStore",
     "SignatureInvalid",
     "StoreEvent",
+    "StoreMisconfigured",
     "StoreUnavailable",
     "VersionInfo",
     "build_artifact",
     "decode",
     "encode",
     "load_dir",
+    "safe_url",
     "save_dir",
     "verify_manifest",
 ]

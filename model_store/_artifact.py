@@ -16,7 +16,7 @@ import hashlib
 import hmac
 import io
 import json
-import zipfile
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +30,7 @@ from model_store._errors import (
     IncompatibleArtifact,
     SignatureInvalid,
 )
+from model_store._npz import read_arrays
 
 SCHEMA_VERSION = 1
 MANIFEST_FILE = "manifest.json"
@@ -39,6 +40,12 @@ ARRAYS_FILE = "arrays.npz"
 _VOLATILE_KEYS = frozenset({"signature", "created_at", "version"})
 # numpy dtype kinds that load without pickle: bool, signed, unsigned, float, unicode.
 _SAFE_KINDS = frozenset("biufU")
+# The dtype.str of such a dtype: byte order, kind, item size ('<f4', '|b1', '<U12').
+_DTYPE_STR = re.compile(r"[<>|=][biufU][0-9]{1,6}")
+# What hexdigest() of a sha256 (or an HMAC-SHA256) looks like.
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+# numpy's limit on the number of dimensions.
+_MAX_NDIM = 64
 
 
 def canonical_json(obj: Any) -> bytes:
@@ -174,21 +181,15 @@ def decode(
 ) -> Artifact:
     """Validate and rebuild an artifact; raise an :class:`ArtifactRejected` subclass otherwise.
 
-    Checks, in order: the manifest parses; the schema version is supported; the HMAC (when a
-    key is given); the encoder (when ``expected_encoder`` is given); then every array's
-    dtype, shape and sha256. Arrays are read with ``allow_pickle=False``.
+    Checks, in order: the manifest parses; the schema version is supported; the HMAC (when
+    a key is given); the manifest's structure; the encoder (when ``expected_encoder`` is
+    given); then the archive's members against the manifest, before numpy reads them (see
+    :mod:`model_store._npz`); then every array's dtype, shape and sha256. Arrays are read
+    with ``allow_pickle=False``.
     """
     manifest = verify_manifest(manifest_bytes, hmac_key=hmac_key, expected_encoder=expected_encoder)
     declared: dict[str, Any] = manifest["arrays"]
-    try:
-        with np.load(io.BytesIO(arrays_bytes), allow_pickle=False) as npz:
-            arrays = {name: npz[name] for name in npz.files}
-    except (ValueError, OSError, zipfile.BadZipFile, EOFError, KeyError) as exc:
-        raise ArtifactCorrupt(f"arrays cannot be read: {exc}") from exc
-    if set(arrays) != set(declared):
-        raise ArtifactCorrupt(
-            f"arrays {sorted(arrays)} do not match the manifest's {sorted(declared)}"
-        )
+    arrays = read_arrays(arrays_bytes, declared)
     for name, arr in arrays.items():
         meta = declared[name]
         if arr.dtype.str != meta["dtype"] or list(arr.shape) != list(meta["shape"]):
@@ -204,34 +205,89 @@ def verify_manifest(
     hmac_key: bytes | None = None,
     expected_encoder: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Parse and check a manifest without touching arrays (schema, signature, encoder)."""
+    """Parse and check a manifest without touching arrays (structure, schema, signature,
+    encoder); raise an :class:`ArtifactRejected` subclass otherwise.
+    """
     try:
         manifest = json.loads(manifest_bytes)
-    except (ValueError, UnicodeDecodeError) as exc:
+        # JSON may spell a lone UTF-16 surrogate, which parses but cannot be re-encoded for
+        # the HMAC or the version id: find out here rather than deep inside either.
+        canonical_json(manifest)
+    except (ValueError, RecursionError) as exc:  # UnicodeError is a ValueError
         raise ArtifactCorrupt(f"manifest is not JSON: {exc}") from exc
     if not isinstance(manifest, dict) or not isinstance(manifest.get("arrays"), dict):
         raise ArtifactCorrupt("manifest is not an artifact manifest")
     schema = manifest.get("schema_version")
-    if schema != SCHEMA_VERSION:
+    # type() rather than ==: JSON true would otherwise pass as schema 1.
+    if type(schema) is not int or schema != SCHEMA_VERSION:
         raise IncompatibleArtifact(
             f"schema version {schema!r} is not supported (this build reads {SCHEMA_VERSION})"
         )
+    sig = manifest.get("signature")
+    if "signature" in manifest and not (isinstance(sig, str) and _HEX64.fullmatch(sig)):
+        # compare_digest raises TypeError on non-ASCII text: keep such input away from it.
+        raise ArtifactCorrupt("manifest signature is not a hex HMAC-SHA256 digest")
     if hmac_key:
-        sig = manifest.get("signature")
-        if not isinstance(sig, str):
+        if sig is None:
             raise SignatureInvalid("manifest is unsigned but a signing key is configured")
         if not hmac.compare_digest(sig, _signature(manifest, hmac_key)):
             raise SignatureInvalid("manifest signature does not match the configured key")
+    # After the HMAC, so that a forger without the key learns nothing from these messages.
+    _check_structure(manifest)
     if expected_encoder is not None:
-        enc = manifest.get("encoder") or {}
+        enc = manifest["encoder"]
         want = (str(expected_encoder["name"]), int(expected_encoder["dim"]))
-        got = (str(enc.get("name")), int(enc.get("dim", -1)))
+        got = (enc["name"], enc["dim"])
         if got != want:
             raise IncompatibleArtifact(
                 f"artifact was built with encoder {got[0]} ({got[1]} dims); "
                 f"this sidecar runs {want[0]} ({want[1]} dims)"
             )
     return manifest
+
+
+def _is_count(value: Any) -> bool:
+    # bool is an int subclass, but true is not a dimension.
+    return type(value) is int and value >= 0
+
+
+def _check_structure(manifest: Mapping[str, Any]) -> None:
+    """Raise :class:`ArtifactCorrupt` unless ``manifest`` has the fields readers index."""
+    if not isinstance(manifest.get("kb"), str):
+        raise ArtifactCorrupt("manifest has no KB id (a string)")
+    enc = manifest.get("encoder")
+    if not (
+        isinstance(enc, dict) and isinstance(enc.get("name"), str) and _is_count(enc.get("dim"))
+    ):
+        raise ArtifactCorrupt("manifest encoder must be {name: string, dim: integer >= 0}")
+    if not isinstance(manifest.get("model"), dict):
+        raise ArtifactCorrupt("manifest model must be an object")
+    if not isinstance(manifest.get("metrics", {}), dict):
+        raise ArtifactCorrupt("manifest metrics must be an object")
+    for name, spec in manifest["arrays"].items():
+        where = f"manifest entry of array {name!r}"
+        if not name or not isinstance(spec, dict):
+            raise ArtifactCorrupt(f"{where} must be a named {{dtype, shape, sha256}} object")
+        if not _safe_dtype_str(spec.get("dtype")):
+            raise ArtifactCorrupt(f"{where}: dtype {spec.get('dtype')!r} is not a plain dtype")
+        shape = spec.get("shape")
+        if not (isinstance(shape, list) and len(shape) <= _MAX_NDIM and all(map(_is_count, shape))):
+            raise ArtifactCorrupt(f"{where}: shape {shape!r} is not a list of sizes")
+        digest = spec.get("sha256")
+        if not (isinstance(digest, str) and _HEX64.fullmatch(digest)):
+            raise ArtifactCorrupt(f"{where}: sha256 is not a hex digest")
+
+
+def _safe_dtype_str(value: Any) -> bool:
+    """True for the canonical ``dtype.str`` of a dtype that loads without pickle."""
+    if not (isinstance(value, str) and _DTYPE_STR.fullmatch(value)):
+        return False
+    try:
+        dtype = np.dtype(value)
+    except (TypeError, ValueError):
+        return False
+    # Only the spelling build_artifact records ('<f4', not '=f4' or '|f4') is accepted.
+    return dtype.str == value and dtype.kind in _SAFE_KINDS
 
 
 def save_dir(artifact: Artifact, path: str | Path) -> Path:

@@ -38,6 +38,8 @@ from model_store._store import (
     VersionInfo,
     check_kb,
     check_version,
+    previous_in,
+    stored_info,
     verified_artifact,
 )
 
@@ -109,7 +111,9 @@ class DirectoryStore:
             return {"active": None, "history": [], "seq": 0}
         except ValueError as exc:
             raise ArtifactCorrupt(f"{self._kb_dir(kb)}/state.json is unreadable") from exc
-        return dict(state)
+        if not isinstance(state, dict) or not isinstance(state.get("history", []), list):
+            raise ArtifactCorrupt(f"{self._kb_dir(kb)}/state.json is not a store state")
+        return state
 
     def _append_event(
         self,
@@ -163,6 +167,8 @@ class DirectoryStore:
             meta = json.loads((vdir / META_FILE).read_bytes())
         except (OSError, ValueError) as exc:
             raise ArtifactCorrupt(f"version {version} of KB {kb!r} is unreadable: {exc}") from exc
+        if not isinstance(meta, dict):
+            raise ArtifactCorrupt(f"version {version} of KB {kb!r}: {META_FILE} is not an object")
         return manifest_bytes, meta, vdir
 
     def get(
@@ -185,13 +191,7 @@ class DirectoryStore:
 
     def info(self, kb: str, version: str) -> VersionInfo:
         manifest_bytes, meta, _ = self._read(kb, version)
-        try:
-            manifest = json.loads(manifest_bytes)
-        except ValueError as exc:
-            raise ArtifactCorrupt(f"version {version} of KB {kb!r}: bad manifest") from exc
-        return VersionInfo(
-            kb, version, float(meta.get("stored_at", 0)), int(meta.get("size", 0)), manifest
-        )
+        return stored_info(kb, version, manifest_bytes, meta)
 
     def manifest(self, kb: str, version: str) -> dict[str, Any]:
         return dict(self.info(kb, version).manifest)
@@ -206,7 +206,7 @@ class DirectoryStore:
                 continue
             try:
                 stored_at = float(json.loads((p / META_FILE).read_bytes())["stored_at"])
-            except (OSError, ValueError, KeyError):
+            except (OSError, ValueError, KeyError, TypeError):
                 continue  # being deleted by gc
             found.append((stored_at, p.name))
         return [v for _, v in sorted(found)]
@@ -225,8 +225,7 @@ class DirectoryStore:
         return list(self._state(kb).get("history", []))
 
     def previous(self, kb: str) -> str | None:
-        h = self.history(kb)
-        return h[1] if len(h) > 1 else None
+        return previous_in(self.history(kb))
 
     def promote(self, kb: str, version: str) -> StoreEvent | None:
         check_version(version)
@@ -247,12 +246,15 @@ class DirectoryStore:
         with self._locked(kb) as d:
             state = self._state(kb)
             history = list(state.get("history", []))
-            if len(history) < 2:
+            target = previous_in(history)
+            if target is None:
                 raise ArtifactNotFound(f"KB {kb!r} has no previous version to roll back to")
-            current, target = history[0], history[1]
+            current = history[0]
             if not self._version_dir(kb, target).is_dir():
                 raise ArtifactNotFound(f"KB {kb!r}: previous version {target} is gone")
-            state["active"], state["history"] = target, history[1:]
+            # Pop down to the target, skipping entries equal to the current version (as
+            # ROLLBACK_LUA does).
+            state["active"], state["history"] = target, history[history.index(target) :]
             event = self._append_event(d, state, kb, target, current, "rollback")
         log.info("rolled KB %s back to %s (was %s)", kb, target, current)
         return event
@@ -292,7 +294,8 @@ class DirectoryStore:
         with self._locked(kb) as d:
             state = self._state(kb)
             history = list(state.get("history", []))
-            protected = set(history[:2])
+            # The active and the previous version, as UNLIST_LUA protects them.
+            protected = {state.get("active"), *history[:1], previous_in(history)}
             listed = self.versions(kb)
             for version in listed[: max(0, len(listed) - self.retention)]:
                 if version in protected:
@@ -303,7 +306,13 @@ class DirectoryStore:
                 shutil.rmtree(grave, ignore_errors=True)
                 deleted.append(version)
             if deleted:
-                state["history"] = [v for v in history if v not in deleted]
+                # Removing entries can leave equal neighbours (C B A B without A is C B B);
+                # keep one of each run so that every rollback changes the version.
+                kept: list[str] = []
+                for v in history:
+                    if v not in deleted and (not kept or kept[-1] != v):
+                        kept.append(v)
+                state["history"] = kept
                 _write_atomic(d / "state.json", json.dumps(state).encode())
         if deleted:
             log.info("gc removed %d versions of KB %s", len(deleted), kb)

@@ -6,6 +6,7 @@
     ├── StoreUnavailable            the backend cannot be reached (retryable)
     ├── ArtifactNotFound            no such KB, version or pointer
     ├── InvalidName                 a KB or version id that cannot be a key or a file name
+    ├── StoreMisconfigured          the store's settings cannot work (e.g. a bad Redis URL)
     └── ArtifactRejected            bytes were read but must not be used
         ├── ArtifactCorrupt         checksum mismatch, unreadable arrays or manifest
         ├── SignatureInvalid        HMAC missing or wrong while a key is configured
@@ -35,6 +36,16 @@ class ArtifactNotFound(ModelStoreError):
 
 class InvalidName(ModelStoreError, ValueError):
     """A KB or version id with characters a store cannot use (also a ``ValueError``)."""
+
+
+class StoreMisconfigured(ModelStoreError, ValueError):
+    """The store's configuration cannot work, e.g. a Redis URL with an unknown scheme.
+
+    Retrying will not help; fix the settings. Also a ``ValueError``, which is what the
+    underlying client raised before this error was translated.
+    """
+
+    retryable = False
 
 
 class ArtifactRejected(ModelStoreError):

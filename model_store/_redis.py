@@ -11,7 +11,6 @@ retried with a short exponential backoff by the client, then raised as
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import time
 from collections.abc import Mapping
@@ -29,6 +28,7 @@ from model_store._redis_common import (
     ROLLBACK_LUA,
     UNLIST_LUA,
     Keys,
+    client_from_url,
     parse_event,
     safe_url,
     script_event,
@@ -42,6 +42,9 @@ from model_store._store import (
     VersionInfo,
     check_kb,
     check_version,
+    previous_in,
+    stored_chunks,
+    stored_info,
     verified_artifact,
 )
 
@@ -97,7 +100,7 @@ class RedisStore:
         }
         if password:
             kwargs["password"] = password
-        self.client: redis.Redis = redis.Redis.from_url(url, **kwargs)
+        self.client: redis.Redis = client_from_url(redis.Redis.from_url, url, **kwargs)
         self._promote = self.client.register_script(PROMOTE_LUA)
         self._rollback = self.client.register_script(ROLLBACK_LUA)
         self._unlist = self.client.register_script(UNLIST_LUA)
@@ -155,11 +158,11 @@ class RedisStore:
         with translate_errors(self.url):
             self._require_listed(kb, version)
             manifest_bytes, meta = self._manifest_and_meta(kb, version)
-            # Cheap checks (schema, signature, encoder) before fetching the arrays.
-            verify_manifest(
+            # Cheap checks (schema, signature, encoder, sizes) before fetching the arrays.
+            manifest = verify_manifest(
                 manifest_bytes, hmac_key=self.hmac_key, expected_encoder=expected_encoder
             )
-            n = int(meta.get("chunks", 0))
+            n = stored_chunks(kb, version, manifest, meta)
             pipe = self.client.pipeline(transaction=False)
             for i in range(n):
                 pipe.get(k.chunk(kb, version, i))
@@ -194,13 +197,7 @@ class RedisStore:
         with translate_errors(self.url):
             self._require_listed(kb, version)
             manifest_bytes, meta = self._manifest_and_meta(kb, version)
-        try:
-            manifest = json.loads(manifest_bytes)
-        except ValueError as exc:
-            raise ArtifactCorrupt(f"version {version} of KB {kb!r}: bad manifest") from exc
-        return VersionInfo(
-            kb, version, float(meta.get("stored_at", 0)), int(meta.get("size", 0)), manifest
-        )
+        return stored_info(kb, version, manifest_bytes, meta)
 
     def versions(self, kb: str) -> list[str]:
         check_kb(kb)
@@ -226,9 +223,7 @@ class RedisStore:
 
     def previous(self, kb: str) -> str | None:
         check_kb(kb)
-        with translate_errors(self.url):
-            v = self.client.lindex(self.keys.history(kb), 1)
-        return text(v) if v is not None else None
+        return previous_in(self.history(kb))
 
     def promote(self, kb: str, version: str) -> StoreEvent | None:
         check_kb(kb), check_version(version)

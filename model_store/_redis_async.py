@@ -17,8 +17,22 @@ from redis.backoff import ExponentialBackoff
 
 from model_store._artifact import Artifact, verify_manifest
 from model_store._errors import ArtifactCorrupt, ArtifactNotFound
-from model_store._redis_common import Keys, parse_event, safe_url, text, translate_errors
-from model_store._store import StoreEvent, check_kb, check_version, verified_artifact
+from model_store._redis_common import (
+    Keys,
+    client_from_url,
+    parse_event,
+    safe_url,
+    text,
+    translate_errors,
+)
+from model_store._store import (
+    StoreEvent,
+    check_kb,
+    check_version,
+    previous_in,
+    stored_chunks,
+    verified_artifact,
+)
 
 
 class AsyncRedisStore:
@@ -47,7 +61,7 @@ class AsyncRedisStore:
         }
         if password:
             kwargs["password"] = password
-        self.client: aioredis.Redis = aioredis.Redis.from_url(url, **kwargs)
+        self.client: aioredis.Redis = client_from_url(aioredis.Redis.from_url, url, **kwargs)
 
     def __repr__(self) -> str:
         return f"AsyncRedisStore({self.url!r}, prefix={self.keys.prefix!r})"
@@ -67,11 +81,11 @@ class AsyncRedisStore:
             if manifest_bytes is None or not raw_meta:
                 raise ArtifactCorrupt(f"version {version} of KB {kb!r} has no manifest")
             meta = {text(a): text(b) for a, b in raw_meta.items()}
-            verify_manifest(
+            manifest = verify_manifest(
                 manifest_bytes, hmac_key=self.hmac_key, expected_encoder=expected_encoder
             )
             pipe = self.client.pipeline(transaction=False)
-            for i in range(int(meta.get("chunks", 0))):
+            for i in range(stored_chunks(kb, version, manifest, meta)):
                 pipe.get(k.chunk(kb, version, i))
             parts = await pipe.execute()
         if any(p is None for p in parts):
@@ -97,8 +111,8 @@ class AsyncRedisStore:
     async def previous(self, kb: str) -> str | None:
         check_kb(kb)
         with translate_errors(self.url):
-            v = await self.client.lindex(self.keys.history(kb), 1)
-        return text(v) if v is not None else None
+            rows = await self.client.lrange(self.keys.history(kb), 0, -1)
+        return previous_in([text(v) for v in rows])
 
     async def last_event_id(self, kb: str) -> str:
         check_kb(kb)

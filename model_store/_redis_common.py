@@ -15,13 +15,14 @@ Keys (``P`` is the configured prefix, ``KB`` the KB id, ``V`` a version id)::
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+import urllib.parse
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import redis.exceptions
 
-from model_store._errors import ModelStoreError, StoreUnavailable
+from model_store._errors import ModelStoreError, StoreMisconfigured, StoreUnavailable
 from model_store._store import StoreEvent
 
 # Approximate number of events kept per KB stream (XADD MAXLEN ~).
@@ -51,7 +52,9 @@ local id = redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[5], '*',
 return {'ok', ARGV[1], cur, id}
 """
 
-# Rollback: pop the history and point at the version below.
+# Rollback: pop the history down to the first entry that differs from the active one and
+# point at it. Equal neighbours are skipped because a history written by an older gc may
+# hold some (``_store.previous_in`` is the same rule in Python).
 # KEYS[1..4] as for PROMOTE_LUA
 # ARGV[1] unix time of the change, seconds as text
 # ARGV[2] KB id (copied into the event)
@@ -59,25 +62,46 @@ return {'ok', ARGV[1], cur, id}
 # Returns {'nohistory'} | {'missing', prev} | {'ok', version, previous, event_id}
 ROLLBACK_LUA = """
 local cur = redis.call('LINDEX', KEYS[3], 0)
-local prev = redis.call('LINDEX', KEYS[3], 1)
+local n = 1
+local prev = redis.call('LINDEX', KEYS[3], n)
+while prev and prev == cur do
+    n = n + 1
+    prev = redis.call('LINDEX', KEYS[3], n)
+end
 if not prev then return {'nohistory'} end
 if not redis.call('ZSCORE', KEYS[1], prev) then return {'missing', prev} end
-redis.call('LPOP', KEYS[3])
+redis.call('LTRIM', KEYS[3], n, -1)
 redis.call('SET', KEYS[2], prev)
 local id = redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[3], '*',
     'kb', ARGV[2], 'version', prev, 'previous', cur, 'action', 'rollback', 'ts', ARGV[1])
 return {'ok', prev, cur, id}
 """
 
-# Unlist one version unless it is the active or the previous one.
-# KEYS[1] versions zset, KEYS[2] active pointer, KEYS[3] history list
+# Unlist one version unless it is the active or the previous one (the first history entry
+# that differs from the active one), and drop it from the history. Removing an entry can
+# leave its neighbours equal (C B A B without A is C B B), and a later rollback from B to B
+# would change nothing, so the history is rewritten with each run of equal entries as one.
+# KEYS[1] versions zset, KEYS[2] active pointer, KEYS[3] history list (newest first)
 # ARGV[1] version to unlist
 # Returns 1 when unlisted (its data keys may then be deleted), 0 when protected.
 UNLIST_LUA = """
 if redis.call('GET', KEYS[2]) == ARGV[1] then return 0 end
-if redis.call('LINDEX', KEYS[3], 1) == ARGV[1] then return 0 end
+local h = redis.call('LRANGE', KEYS[3], 0, -1)
+for i = 2, #h do
+    if h[i] ~= h[1] then
+        if h[i] == ARGV[1] then return 0 end
+        break
+    end
+end
 redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('LREM', KEYS[3], 0, ARGV[1])
+local kept = {}
+for _, v in ipairs(h) do
+    if v ~= ARGV[1] and v ~= kept[#kept] then kept[#kept + 1] = v end
+end
+if #kept ~= #h then
+    redis.call('DEL', KEYS[3])
+    if #kept > 0 then redis.call('RPUSH', KEYS[3], unpack(kept)) end
+end
 return 1
 """
 
@@ -176,8 +200,44 @@ def translate_errors(url: str) -> Iterator[None]:
 
 
 def safe_url(url: str) -> str:
-    """``url`` without a password, for messages and logs."""
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        return f"{scheme}://***@{rest.split('@', 1)[1]}"
-    return url
+    """``url`` without user info or password parameters, for messages and logs."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    # Everything up to the last '@' may be credentials. redis-py also splits at the last
+    # one, and an unencoded '/', '?' or '#' in a password moves urllib's idea of where the
+    # host starts, so cut at the last '@' of the whole remainder, not of urllib's netloc.
+    hidden = "***@" if "@" in rest else ""
+    rest = rest.rpartition("@")[2]
+    try:
+        parts = urllib.parse.urlsplit(f"//{rest}")
+    except ValueError:
+        return f"{scheme}{sep}{hidden}<unparsable>"
+    # redis-py turns every query parameter into a client argument, password included.
+    query = "&".join(
+        f"{piece.partition('=')[0]}=***" if _is_secret(piece.partition("=")[0]) else piece
+        for piece in parts.query.split("&")
+        if piece
+    )
+    # The fragment is dropped: redis-py ignores it, and a password may have spilled into it.
+    return f"{scheme}{sep}{hidden}{parts.netloc}{parts.path}{'?' if query else ''}{query}"
+
+
+def _is_secret(raw_key: str) -> bool:
+    return "password" in urllib.parse.unquote_plus(raw_key).lower()
+
+
+_Client = TypeVar("_Client")
+
+
+def client_from_url(from_url: Callable[..., _Client], url: str, **kwargs: Any) -> _Client:
+    """``from_url(url, **kwargs)``, with a URL redis-py rejects as :class:`StoreMisconfigured`."""
+    try:
+        return from_url(url, **kwargs)
+    except ValueError:
+        # Not chained: redis-py's message can quote part of the URL (a stray '#' in a
+        # password lands in the "port" it complains about), and tracebacks reach logs.
+        raise StoreMisconfigured(
+            f"invalid Redis URL {safe_url(url)}: expected redis://[[user]:password@]host"
+            "[:port][/db], rediss://... or unix:///path/to/socket"
+        ) from None

@@ -7,11 +7,14 @@ replayable event log of pointer changes.
 
 ``promote(kb, v)`` pushes ``v`` on the history stack; ``rollback(kb)`` pops it, so the
 active version returns to the one before; a second rollback walks one further back.
+``gc`` removes deleted versions from the history and collapses the equal neighbours that
+this can leave (``B A B`` without ``A`` is ``B``), so every rollback changes the version.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,6 +22,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from model_store._artifact import Artifact, decode
 from model_store._errors import ArtifactCorrupt, InvalidName
+from model_store._npz import max_npz_bytes
 
 Action = Literal["promote", "rollback"]
 
@@ -45,6 +49,56 @@ def check_version(version: str) -> str:
     return version
 
 
+def previous_in(history: Sequence[str]) -> str | None:
+    """The version a rollback returns to: the first entry after the active one that differs.
+
+    Equal neighbours do not arise any more (gc collapses them), but a history written by an
+    older gc may still hold some, and rolling back onto the active version changes nothing.
+    """
+    return next((v for v in history[1:] if v != history[0]), None) if history else None
+
+
+def _meta_int(meta: Mapping[str, Any], key: str, where: str) -> int:
+    # The metadata is unsigned and, in Redis, writable by anyone who can reach the server.
+    try:
+        return int(meta[key])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ArtifactCorrupt(f"{where}: metadata {key!r} is missing or not a number") from exc
+
+
+def stored_chunks(
+    kb: str, version: str, manifest: Mapping[str, Any], meta: Mapping[str, Any]
+) -> int:
+    """The chunk count in ``meta``, once it and the recorded size fit what the verified
+    ``manifest`` declares, so that rewritten metadata cannot make a reader fetch without bound.
+    """
+    where = f"version {version} of KB {kb!r}"
+    size, chunks = _meta_int(meta, "size", where), _meta_int(meta, "chunks", where)
+    limit = max_npz_bytes(manifest["arrays"])
+    if not 0 <= size <= limit:
+        raise ArtifactCorrupt(
+            f"{where}: arrays are recorded as {size} bytes; the manifest allows at most {limit}"
+        )
+    if not 1 <= chunks <= max(1, size):
+        raise ArtifactCorrupt(f"{where}: {chunks} chunks cannot hold {size} bytes")
+    return chunks
+
+
+def stored_info(
+    kb: str, version: str, manifest_bytes: bytes, meta: Mapping[str, Any]
+) -> VersionInfo:
+    """A :class:`VersionInfo` from stored bytes (listing only: the manifest is not verified)."""
+    where = f"version {version} of KB {kb!r}"
+    try:
+        manifest = json.loads(manifest_bytes)
+        stored_at = float(meta.get("stored_at", 0))
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise ArtifactCorrupt(f"{where}: bad manifest or metadata") from exc
+    if not isinstance(manifest, dict):
+        raise ArtifactCorrupt(f"{where}: bad manifest")
+    return VersionInfo(kb, version, stored_at, _meta_int(meta, "size", where), manifest)
+
+
 def verified_artifact(
     kb: str,
     version: str,
@@ -57,12 +111,15 @@ def verified_artifact(
 ) -> Artifact:
     """Check the stored bytes against their recorded size and sha256, decode, and check that
     the content still hashes to ``version`` and names ``kb`` (a rewritten manifest does not).
+
+    The size and sha256 come from unsigned metadata, so they catch accidents, not attacks;
+    :func:`~model_store._artifact.decode` checks the arrays against the manifest before
+    numpy reads them.
     """
     where = f"version {version} of KB {kb!r}"
-    if len(arrays_bytes) != int(meta.get("size", -1)):
-        raise ArtifactCorrupt(
-            f"{where}: arrays have {len(arrays_bytes)} bytes, not {meta.get('size')}"
-        )
+    size = _meta_int(meta, "size", where)
+    if len(arrays_bytes) != size:
+        raise ArtifactCorrupt(f"{where}: arrays have {len(arrays_bytes)} bytes, not {size}")
     if hashlib.sha256(arrays_bytes).hexdigest() != meta.get("sha256"):
         raise ArtifactCorrupt(f"{where}: arrays checksum mismatch")
     artifact = decode(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import io
 import itertools
 import json
 import threading
@@ -16,6 +18,7 @@ from model_store import (
     Artifact,
     ArtifactCorrupt,
     ArtifactNotFound,
+    AsyncRedisStore,
     DirectoryStore,
     IncompatibleArtifact,
     InvalidName,
@@ -313,3 +316,123 @@ def test_racing_promoters_leave_one_consistent_history(make_store: StoreFactory)
     assert setup.active(KB) == events[-1].version
     history = setup.history(KB)
     assert history == [e.version for e in reversed(events)][: len(history)]
+
+
+def write_history(store: ModelStore, kb: str, history: list[str]) -> None:
+    """Overwrite the history stack, as an older release's gc could have left it."""
+    if isinstance(store, RedisStore):
+        key = store.keys.history(kb)
+        store.client.delete(key)
+        store.client.rpush(key, *history)
+    else:
+        assert isinstance(store, DirectoryStore)
+        path = store.root / kb / "state.json"
+        state = json.loads(path.read_bytes())
+        path.write_text(json.dumps({**state, "history": history}))
+
+
+def test_gc_collapses_the_duplicates_it_leaves_in_the_history(make_store: StoreFactory) -> None:
+    store = make_store(retention=2)
+    a, b, c = (store.put(make_artifact(s)) for s in (1, 2, 3))
+    for v in (b, a, b, c):
+        store.promote(KB, v)
+    assert store.history(KB) == [c, b, a, b]
+    assert store.gc(KB) == [a]  # the oldest, neither active nor previous
+    # Without a, "b a b" would become "b b" and the second rollback would go b -> b.
+    assert store.history(KB) == [c, b]
+    assert (store.rollback(KB).previous, store.active(KB)) == (c, b)
+    with pytest.raises(ArtifactNotFound):
+        store.rollback(KB)
+    assert store.active(KB) == b
+
+
+def test_rollback_and_gc_skip_duplicates_already_in_the_history(
+    make_store: StoreFactory,
+) -> None:
+    store = make_store(retention=1)
+    a, b, c = (store.put(make_artifact(s)) for s in (1, 2, 3))
+    store.promote(KB, a)
+    store.promote(KB, c)
+    write_history(store, KB, [c, c, a])  # a history as the old gc could leave it
+    assert store.previous(KB) == a
+    assert store.gc(KB) == [b]  # a is the real previous version: kept
+    back = store.rollback(KB)
+    assert (back.version, back.previous) == (a, c)
+    assert store.active(KB) == a and store.history(KB) == [a]
+
+
+def test_deflated_arrays_are_refused(make_store: StoreFactory) -> None:
+    # The stored metadata (size, sha256) is unsigned: a writer who can rewrite the arrays
+    # can rewrite it too, so only the check against the manifest may stop a zip bomb.
+    store = make_store()
+    art = make_artifact(1, n=4096)
+    version = store.put(art)
+    buf = io.BytesIO()
+    np.savez_compressed(buf, w=art.arrays["w"], b=art.arrays["b"])
+    data = buf.getvalue()
+    size, sha256 = len(data), hashlib.sha256(data).hexdigest()
+    if isinstance(store, RedisStore):
+        store.client.set(store.keys.chunk(KB, version, 0), data)
+        store.client.hset(
+            store.keys.meta(KB, version), mapping={"size": size, "sha256": sha256, "chunks": 1}
+        )
+    else:
+        assert isinstance(store, DirectoryStore)
+        vdir = store.root / KB / "versions" / version
+        (vdir / "arrays.npz").write_bytes(data)
+        old = json.loads((vdir / "meta.json").read_bytes())
+        (vdir / "meta.json").write_text(json.dumps({**old, "size": size, "sha256": sha256}))
+    with pytest.raises(ArtifactCorrupt, match="compressed"):
+        store.get(KB, version)
+
+
+@pytest.mark.parametrize("meta", [{"size": "many"}, {"size": None}, {"size": 10**12}])
+def test_rewritten_metadata_is_corrupt(make_store: StoreFactory, meta: dict[str, Any]) -> None:
+    store = make_store()
+    version = store.put(make_artifact(1))
+    if isinstance(store, RedisStore):
+        store.client.hset(store.keys.meta(KB, version), mapping={"size": str(meta["size"])})
+    else:
+        assert isinstance(store, DirectoryStore)
+        path = store.root / KB / "versions" / version / "meta.json"
+        path.write_text(json.dumps({**json.loads(path.read_bytes()), **meta}))
+    with pytest.raises(ArtifactCorrupt):
+        store.get(KB, version)
+    if not isinstance(meta["size"], int):  # a listing needs the size to be a number
+        with pytest.raises(ArtifactCorrupt):
+            store.info(KB, version)
+
+
+@pytest.mark.parametrize(
+    ("chunks", "message"), [(10**6, "cannot hold"), (0, "cannot hold"), ("x", "not a number")]
+)
+async def test_redis_chunk_count_must_fit_the_recorded_size(
+    redis_server: EmbeddedRedis, chunks: object, message: str
+) -> None:
+    # Only Redis splits the arrays; an unbounded count would be one GET per chunk.
+    store = RedisStore(redis_server.url, prefix="t")
+    reader = AsyncRedisStore(redis_server.url, prefix="t")
+    try:
+        version = store.put(make_artifact(1))
+        store.client.hset(store.keys.meta(KB, version), "chunks", str(chunks))
+        with pytest.raises(ArtifactCorrupt, match=message):
+            store.get(KB, version)
+        with pytest.raises(ArtifactCorrupt, match=message):
+            await reader.get(KB, version)
+    finally:
+        await reader.close()
+        store.close()
+
+
+async def test_async_redis_previous_skips_duplicates(redis_server: EmbeddedRedis) -> None:
+    store = RedisStore(redis_server.url, prefix="t")
+    reader = AsyncRedisStore(redis_server.url, prefix="t")
+    try:
+        a, c = store.put(make_artifact(1)), store.put(make_artifact(3))
+        store.promote(KB, a)
+        store.promote(KB, c)
+        write_history(store, KB, [c, c, a])
+        assert await reader.previous(KB) == a  # where a rollback would go, not c again
+    finally:
+        await reader.close()
+        store.close()

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import io
 import json
+import tracemalloc
+import zipfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,6 +24,7 @@ from model_store import (
     encode,
     load_dir,
     save_dir,
+    verify_manifest,
 )
 
 ENC = {"name": "enc", "dim": 4}
@@ -151,3 +156,166 @@ def test_encoder_check() -> None:
 def test_missing_directory(tmp_path: Path) -> None:
     with pytest.raises(ArtifactNotFound):
         load_dir(tmp_path / "nope")
+
+
+# -- the arrays file is checked against the manifest before numpy inflates it ------------
+
+
+def _zip_of(members: dict[str, bytes], compression: int = zipfile.ZIP_STORED) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=compression) as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return buf.getvalue()
+
+
+def _npy(arr: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, arr, allow_pickle=False)
+    return buf.getvalue()
+
+
+def test_deflated_arrays_are_refused_before_inflating() -> None:
+    # A zip bomb in miniature: 16 MB of zeros that deflate to about 16 kB, declared
+    # honestly in the manifest so that only the compression gives it away.
+    zeros = np.zeros(4 * 1024 * 1024, dtype=np.float32)
+    art = build_artifact(kb="kb", encoder=ENC, model={}, arrays={"w": zeros})
+    manifest, _ = encode(art)
+    bomb = _zip_of({"w.npy": _npy(zeros)}, zipfile.ZIP_DEFLATED)
+    del zeros, art
+    assert len(bomb) < 100_000
+    tracemalloc.start()  # numpy reports its buffers to tracemalloc too
+    try:
+        with pytest.raises(ArtifactCorrupt, match="compressed"):
+            decode(manifest, bomb)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * 1024 * 1024  # nowhere near the 16 MB it would inflate to
+
+
+def test_member_larger_than_the_manifest_allows_is_refused() -> None:
+    art = _artifact()
+    manifest, _ = encode(art)
+    big = np.zeros((300, 4), dtype=np.float32)  # the manifest says (3, 4)
+    npz = _zip_of({"a.npy": _npy(big), "idx.npy": _npy(art.arrays["idx"])})
+    with pytest.raises(ArtifactCorrupt, match="bytes"):
+        decode(manifest, npz)
+
+
+def test_npy_header_claiming_another_shape_is_refused() -> None:
+    # Same byte count as the manifest implies, but the .npy header declares a huge
+    # shape, which numpy would try to allocate before noticing the data is short.
+    art = _artifact()
+    manifest, _ = encode(art)
+    honest = _npy(art.arrays["a"])
+    lying = honest.replace(b"'shape': (3, 4)", b"'shape': (3000000000, 4)")
+    lying = lying[: len(honest)]  # keep the size; the header padding absorbs the digits
+    assert len(lying) == len(honest) and b"3000000000" in lying
+    npz = _zip_of({"a.npy": lying, "idx.npy": _npy(art.arrays["idx"])})
+    with pytest.raises(ArtifactCorrupt, match="header"):
+        decode(manifest, npz)
+
+
+def test_member_not_named_in_the_manifest_is_refused() -> None:
+    art = _artifact()
+    manifest, _ = encode(art)
+    npz = _zip_of({"a.npy": _npy(art.arrays["a"]), "idx.txt": _npy(art.arrays["idx"])})
+    with pytest.raises(ArtifactCorrupt, match="do not match"):
+        decode(manifest, npz)
+    twice = _zip_of({"a.npy": _npy(art.arrays["a"]), "idx.npy": _npy(art.arrays["idx"])})
+    # A second member under an existing name (zipfile keeps only the last in its index).
+    buf = io.BytesIO(twice)
+    with zipfile.ZipFile(buf, "a") as zf, pytest.warns(UserWarning, match="Duplicate"):
+        zf.writestr("a.npy", _npy(art.arrays["a"]))
+    with pytest.raises(ArtifactCorrupt, match="do not match"):
+        decode(manifest, buf.getvalue())
+
+
+# -- malformed manifests are ArtifactCorrupt, never a TypeError or KeyError ----------------
+
+
+Change = Callable[[dict[str, Any]], None]
+
+
+def _edited(change: Change) -> tuple[bytes, bytes]:
+    manifest, npz = encode(_artifact())
+    doc = json.loads(manifest)
+    change(doc)
+    return json.dumps(doc).encode(), npz
+
+
+def _set(path: str, value: object) -> Change:
+    *parents, last = path.split(".")
+
+    def change(doc: dict[str, Any]) -> None:
+        for p in parents:
+            doc = doc[p]
+        doc[last] = value
+
+    return change
+
+
+def _drop(path: str) -> Change:
+    *parents, last = path.split(".")
+
+    def change(doc: dict[str, Any]) -> None:
+        for p in parents:
+            doc = doc[p]
+        del doc[last]
+
+    return change
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(_set("arrays.a", 5), id="arrays.a=5"),
+        pytest.param(_drop("arrays.a.dtype"), id="no-arrays.a.dtype"),
+        pytest.param(_set("arrays.a.dtype", 4), id="arrays.a.dtype=4"),
+        pytest.param(_set("arrays.a.dtype", "<f3"), id="arrays.a.dtype=<f3"),
+        pytest.param(_set("arrays.a.dtype", "=f4"), id="arrays.a.dtype==f4"),
+        pytest.param(_set("arrays.a.dtype", "|V8"), id="arrays.a.dtype=|V8"),
+        pytest.param(_set("arrays.a.shape", "3x4"), id="arrays.a.shape=3x4"),
+        pytest.param(_set("arrays.a.shape", [3, -4]), id="arrays.a.shape=[3, -4]"),
+        pytest.param(_set("arrays.a.shape", [3, True]), id="arrays.a.shape=[3, True]"),
+        pytest.param(_set("arrays.a.sha256", None), id="arrays.a.sha256=None"),
+        pytest.param(_set("arrays.a.sha256", "xyz"), id="arrays.a.sha256=xyz"),
+        pytest.param(_drop("kb"), id="no-kb"),
+        pytest.param(_set("kb", ["kb"]), id="kb=[kb]"),
+        pytest.param(_drop("encoder"), id="no-encoder"),
+        pytest.param(_set("encoder.dim", "abc"), id="encoder.dim=abc"),
+        pytest.param(_set("encoder.name", 7), id="encoder.name=7"),
+        pytest.param(_set("model", "x"), id="model=x"),
+        pytest.param(_set("signature", "é" * 64), id="signature=non-ascii"),
+        pytest.param(_set("signature", 12), id="signature=12"),
+        pytest.param(_set("kb", "\ud800"), id="kb=lone-surrogate"),
+    ],
+)
+def test_malformed_manifest_is_corrupt(change: Change) -> None:
+    manifest, npz = _edited(change)
+    with pytest.raises(ArtifactCorrupt, match="manifest"):
+        decode(manifest, npz)
+    with pytest.raises(ArtifactCorrupt, match="manifest"):
+        verify_manifest(manifest, expected_encoder=ENC)
+
+
+def test_non_ascii_signature_with_a_key_is_corrupt_not_a_type_error() -> None:
+    key = b"secret-key"
+    manifest, npz = encode(_artifact().signed(key))
+    doc = json.loads(manifest)
+    doc["signature"] = "é" * 64
+    with pytest.raises(ArtifactCorrupt, match="signature"):
+        decode(json.dumps(doc).encode(), npz, hmac_key=key)
+
+
+def test_deeply_nested_manifest_is_corrupt() -> None:
+    _, npz = encode(_artifact())
+    with pytest.raises(ArtifactCorrupt):
+        decode(b"[" * 100_000, npz)
+
+
+def test_boolean_schema_version_is_not_version_one() -> None:
+    manifest, npz = _edited(_set("schema_version", True))
+    with pytest.raises(IncompatibleArtifact, match="schema"):
+        decode(manifest, npz)

@@ -15,6 +15,7 @@ from model_store import (
     ModelStore,
     ModelStoreError,
     RedisStore,
+    StoreMisconfigured,
     StoreUnavailable,
     build_artifact,
 )
@@ -40,12 +41,14 @@ def test_public_names_are_pinned() -> None:
         "RedisStore",
         "SignatureInvalid",
         "StoreEvent",
+        "StoreMisconfigured",
         "StoreUnavailable",
         "VersionInfo",
         "build_artifact",
         "decode",
         "encode",
         "load_dir",
+        "safe_url",
         "save_dir",
         "verify_manifest",
     ]
@@ -96,6 +99,45 @@ def test_keys_and_safe_url() -> None:
     assert k.kb_from_events_key(k.events("my.kb")) == "my.kb"
     assert safe_url("redis://:hunter2@host:6379/0") == "redis://***@host:6379/0"
     assert safe_url("redis://host:6379/0") == "redis://host:6379/0"
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        # redis-py takes the password up to the last '@'; so must the mask.
+        ("redis://:p@ss@127.0.0.1:1/0", "redis://***@127.0.0.1:1/0"),
+        ("redis://user:s3cret@host/2", "redis://***@host/2"),
+        # Every query parameter becomes a client argument, password included.
+        ("redis://host:6379/0?password=s3cret", "redis://host:6379/0?password=***"),
+        (
+            "rediss://host/0?ssl_password=s3cret&db=1&Password=s3cret",
+            "rediss://host/0?ssl_password=***&db=1&Password=***",
+        ),
+        ("redis://host/0?pass%77ord=s3cret", "redis://host/0?pass%77ord=***"),
+        # An unencoded '#' or '/' in a password moves urllib's idea of the host.
+        ("redis://:s3#cret@host:1/0", "redis://***@host:1/0"),
+        ("redis://:s3/cret@host:1/0", "redis://***@host:1/0"),
+        ("redis://host/0?password=s3#cret", "redis://host/0?password=***"),
+        ("unix://:s3cret@/run/redis.sock?db=0", "unix://***@/run/redis.sock?db=0"),
+        ("s3cret@host", "***@host"),
+    ],
+)
+def test_safe_url_hides_every_password(url: str, shown: str) -> None:
+    assert safe_url(url) == shown
+    assert "s3cret" not in safe_url(url) and "ss@" not in safe_url(url)
+
+
+@pytest.mark.parametrize("store_cls", [RedisStore, AsyncRedisStore])
+@pytest.mark.parametrize(
+    "url", ["http://:s3cret@host/0", "redis://:s3#cret@host/0", "redis://:s3cret@host/0?db=x"]
+)
+def test_unusable_redis_url_is_misconfigured(store_cls: type, url: str) -> None:
+    with pytest.raises(StoreMisconfigured) as info:
+        store_cls(url)
+    assert not info.value.retryable and isinstance(info.value, ValueError)
+    assert "invalid Redis URL" in str(info.value) and "s3cret" not in str(info.value)
+    # Not chained: redis-py's own message may quote the password.
+    assert info.value.__cause__ is None and info.value.__suppress_context__
 
 
 def test_verified_artifact_checks_size_sha_and_version() -> None:

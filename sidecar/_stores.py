@@ -13,7 +13,12 @@ from model_store import (
 from sidecar.settings import Settings
 
 
-def _hmac_key(settings: Settings) -> bytes | None:
+def signing_key(settings: Settings) -> bytes | None:
+    """The store's signing key as bytes; None when signing is off.
+
+    Never ``b""``: the settings reject a set-but-blank key, which the stores would read
+    as "no key" and so accept unsigned models without a word.
+    """
     key = settings.store.hmac_key
     return key.get_secret_value().encode() if key is not None else None
 
@@ -28,14 +33,14 @@ def open_store(settings: Settings) -> ModelStore:
     if settings.store.backend == "directory":
         return DirectoryStore(
             settings.store.directory,
-            hmac_key=_hmac_key(settings),
+            hmac_key=signing_key(settings),
             retention=settings.store.retention,
         )
     return RedisStore(
         settings.redis.url,
         password=_password(settings),
         prefix=settings.redis.key_prefix,
-        hmac_key=_hmac_key(settings),
+        hmac_key=signing_key(settings),
         retention=settings.store.retention,
         chunk_bytes=settings.store.chunk_bytes,
         socket_timeout_s=settings.redis.socket_timeout_s,
@@ -48,7 +53,7 @@ def open_async_store(settings: Settings) -> AsyncModelStore:
         return AsyncDirectoryStore(
             DirectoryStore(
                 settings.store.directory,
-                hmac_key=_hmac_key(settings),
+                hmac_key=signing_key(settings),
                 retention=settings.store.retention,
             )
         )
@@ -56,6 +61,6 @@ def open_async_store(settings: Settings) -> AsyncModelStore:
         settings.redis.url,
         password=_password(settings),
         prefix=settings.redis.key_prefix,
-        hmac_key=_hmac_key(settings),
+        hmac_key=signing_key(settings),
         socket_timeout_s=settings.redis.socket_timeout_s,
     )

@@ -9,17 +9,24 @@ the package reads the environment. Sources, highest priority first:
    field named ``<section>__<field>`` (e.g. ``redis__password``, ``store__hmac_key``),
 4. the defaults below, which suit one machine with the embedded broker.
 
-Secrets are ``SecretStr``: they never appear in ``repr``, logs or ``/readyz``.
+Secrets are ``SecretStr``: they never appear in ``repr``, logs or ``/readyz``; a password
+inside ``redis.url`` is masked in ``repr`` as well. A secret file must hold UTF-8 text
+(a binary key is rejected, never echoed). Settings that do not validate raise
+:class:`~sidecar.errors.ConfigError` naming each field and problem but never the value,
+since the value may be a secret.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
+
+from sidecar.errors import ConfigError
 
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"
 DEFAULT_SECRETS_DIR = Path("/run/secrets/sidecar")
@@ -52,6 +59,13 @@ class KafkaSettings(_Section):
         description="consumer long-poll wait; a broker that answers only when it expires "
         "(the embedded one) adds up to this much latency",
     )
+    produce_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        description="how long the producer keeps retrying a verdict or dead letter; past "
+        "it the worker halts and exits non-zero, and the batch is delivered again after "
+        "the restart",
+    )
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
     sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "PLAIN"
     sasl_username: str | None = None
@@ -61,10 +75,28 @@ class KafkaSettings(_Section):
 class RedisSettings(_Section):
     """The Redis that holds the model store."""
 
-    url: str = "redis://127.0.0.1:6379/0"
+    # A plain str because redis-py and existing callers take one; it may carry a password
+    # (redis://:pw@host), so the default repr leaves it out and __repr_args__ adds it masked.
+    url: str = Field("redis://127.0.0.1:6379/0", repr=False)
     password: SecretStr | None = None
     key_prefix: str = "oodsc"
     socket_timeout_s: float = Field(5.0, gt=0)
+
+    @property
+    def masked_url(self) -> str:
+        """``url`` with any password replaced by ``***``, for messages and logs."""
+        return mask_url_password(self.url)
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        yield "url", self.masked_url
+        yield from super().__repr_args__()
+
+
+def mask_url_password(url: str) -> str:
+    """``url`` without its credentials or password parameters, for messages and logs."""
+    from model_store import safe_url
+
+    return safe_url(url)
 
 
 class StoreSettings(_Section):
@@ -78,6 +110,15 @@ class StoreSettings(_Section):
     )
     chunk_bytes: int = Field(4 * 1024 * 1024, ge=64 * 1024, le=256 * 1024 * 1024)
     poll_interval_s: float = Field(5.0, gt=0, description="active-pointer safety-net poll")
+
+    @field_validator("hmac_key")
+    @classmethod
+    def _key_not_blank(cls, v: SecretStr | None) -> SecretStr | None:
+        # The stores treat an empty key as "no key", so a blank secret file or an empty
+        # variable would quietly switch signing off; that has to be said, not assumed.
+        if v is not None and not v.get_secret_value().strip():
+            raise ValueError("store.hmac_key is set but empty (unset it to run unsigned)")
+        return v
 
 
 class ScoringSettings(_Section):
@@ -185,7 +226,18 @@ def _read_secret_files(secrets_dir: Path) -> dict[str, dict[str, str]]:
         if not f.is_file() or "__" not in f.name:
             continue
         section, name = f.name.split("__", 1)
-        found.setdefault(section, {})[name] = f.read_text().strip()
+        try:
+            text = f.read_bytes().decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        if text is None:
+            # Raised outside the except block: the decode error's message quotes a byte of
+            # the file, and a chained traceback (--debug, a crash log) would show it.
+            raise ConfigError(
+                f"secret file {f} is not UTF-8 text; a key must be text, "
+                "e.g. hex or base64 (`openssl rand -hex 32`)"
+            )
+        found.setdefault(section, {})[name] = text.strip()
     return found
 
 
@@ -193,16 +245,44 @@ def load_settings(**overrides: Any) -> Settings:
     """Build the process settings: overrides > environment > secret files > defaults.
 
     ``overrides`` are nested dicts per section, e.g. ``load_settings(kafka={"brokers": ...})``.
+    Raises :class:`~sidecar.errors.ConfigError` when a value does not validate, or a secret
+    file is not text; the message never contains a value.
     """
     secrets_dir = Path(os.environ.get("SIDECAR_SECRETS_DIR", str(DEFAULT_SECRETS_DIR)))
-    env_only = Settings()
-    merged: dict[str, Any] = {}
     secrets = _read_secret_files(secrets_dir)
-    for section in Settings.model_fields:
-        values: dict[str, Any] = dict(secrets.get(section, {}))
-        # Environment beats secret files: only fields that were set explicitly.
-        current = getattr(env_only, section)
-        values.update(current.model_dump(exclude_unset=True))
-        values.update(overrides.get(section) or {})
-        merged[section] = values
-    return Settings(**merged)
+    problem: str | None = None
+    try:
+        env_only = Settings()
+        merged: dict[str, Any] = {}
+        for section in Settings.model_fields:
+            values: dict[str, Any] = dict(secrets.get(section, {}))
+            # Environment beats secret files: only fields that were set explicitly.
+            current = getattr(env_only, section)
+            values.update(current.model_dump(exclude_unset=True))
+            values.update(overrides.get(section) or {})
+            merged[section] = values
+        return Settings(**merged)
+    except ValidationError as exc:
+        problem = "; ".join(_describe_error(e) for e in exc.errors(include_input=False))
+    except SettingsError as exc:
+        # pydantic-settings' own message names the field and source, not the value.
+        problem = str(exc)
+    # Raised here, not inside the except blocks, so that no traceback carries the original
+    # error: pydantic's includes the offending value, which may be a password.
+    raise ConfigError(f"invalid settings: {problem}")
+
+
+def _describe_error(err: Any) -> str:
+    """``section.field: problem`` for one pydantic error, without its input value."""
+    loc = ".".join(str(p) for p in err["loc"])
+    if err["type"] == "extra_forbidden" and len(err["loc"]) == 2:
+        section, name = (str(p) for p in err["loc"])
+        return (
+            f"{loc}: unknown setting (from SIDECAR_{section.upper()}__{name.upper()} "
+            f"or the secret file {section}__{name}?)"
+        )
+    if err["type"] == "value_error":
+        # Our validators word the whole message themselves, field name included.
+        msg = str(err["ctx"]["error"])
+        return msg if msg.startswith(loc) else f"{loc}: {msg}"
+    return f"{loc}: {err['msg']}"

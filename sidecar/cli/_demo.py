@@ -61,7 +61,7 @@ def demo(
     pid before it exits.
     """
     from sidecar.embedded import EmbeddedBroker, free_port
-    from sidecar.settings import load_settings
+    from sidecar.settings import load_settings, mask_url_password
     from sidecar.stream import WorkerProcess
 
     work = workdir or Path(tempfile.mkdtemp(prefix="sidecar-demo-"))
@@ -70,7 +70,9 @@ def demo(
     url = redis_url or base.redis.url
     use_redis = not directory_store and _redis_answers(url, base)
     click.echo(
-        f"model store: {'Redis at ' + url if use_redis else 'directory ' + str(work / 'store')}"
+        f"model store: Redis at {mask_url_password(url)}"
+        if use_redis
+        else f"model store: directory {work / 'store'}"
     )
 
     with EmbeddedBroker() as broker:

@@ -5,14 +5,18 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from model_store import ArtifactNotFound, ModelStore
 from sidecar.cli._root import main
+
+if TYPE_CHECKING:
+    from model_store import Artifact
+    from sidecar.settings import Settings
 
 _PATH = click.Path(path_type=Path)
 
@@ -27,11 +31,7 @@ def _store_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
-@contextmanager
-def _open(
-    store_dir: Path | None, redis_url: str | None, **store_overrides: Any
-) -> Iterator[ModelStore]:
-    from sidecar._stores import open_store
+def _settings(store_dir: Path | None, redis_url: str | None, **store_overrides: Any) -> Settings:
     from sidecar.errors import ConfigError
     from sidecar.settings import load_settings
 
@@ -44,11 +44,24 @@ def _open(
     if redis_url:
         store["backend"] = "redis"
         redis["url"] = redis_url
-    s = open_store(load_settings(store=store, redis=redis))
+    return load_settings(store=store, redis=redis)
+
+
+@contextmanager
+def _opened(settings: Settings) -> Iterator[ModelStore]:
+    from sidecar._stores import open_store
+
+    s = open_store(settings)
     try:
         yield s
     finally:
         s.close()
+
+
+def _open(
+    store_dir: Path | None, redis_url: str | None, **store_overrides: Any
+) -> AbstractContextManager[ModelStore]:
+    return _opened(_settings(store_dir, redis_url, **store_overrides))
 
 
 def _resolve(store: ModelStore, kb: str, ref: str) -> str:
@@ -227,8 +240,9 @@ def export_command(
 @click.option(
     "--allow-unsigned",
     is_flag=True,
-    help="Accept an unsigned artifact although a signing key is configured "
-    "(it is signed with the local key on import).",
+    help="When a signing key is configured, also accept an artifact that has no signature "
+    "at all (it is signed with the local key on import). An artifact that carries a "
+    "signature must still match the configured key.",
 )
 @_store_options
 def import_command(
@@ -239,14 +253,33 @@ def import_command(
     redis_url: str | None,
 ) -> None:
     """Verify an artifact DIRECTORY (checksums; signature when a key is set) and store it."""
-    from model_store import load_dir
+    from sidecar._stores import signing_key
 
-    with _open(store_dir, redis_url) as store:
-        key = getattr(store, "hmac_key", None)
-        artifact = load_dir(directory, hmac_key=None if allow_unsigned else key)
+    settings = _settings(store_dir, redis_url)
+    # Verified before the store is opened: a rejected artifact needs no connection.
+    artifact = _load_for_import(directory, signing_key(settings), allow_unsigned=allow_unsigned)
+    with _opened(settings) as store:
         version = store.put(artifact)
         event = store.promote(artifact.kb, version) if promote else None
     click.echo(f"imported {artifact.kb}/{version}" + (" and promoted it" if event else ""))
+
+
+def _load_for_import(directory: Path, key: bytes | None, *, allow_unsigned: bool) -> Artifact:
+    """Load and verify an artifact directory; ``allow_unsigned`` waives only a missing signature.
+
+    A signature that is present but wrong (tampered, or made with another key) is always
+    rejected: put() re-signs with the local key, so accepting it would launder the artifact.
+    """
+    from model_store import load_dir, verify_manifest
+
+    if key is None or not allow_unsigned:
+        return load_dir(directory, hmac_key=key)
+    artifact = load_dir(directory)  # checksums and schema; the signature is checked below
+    if "signature" in artifact.manifest:
+        # The signature covers the parsed manifest, so its JSON re-encoding verifies the
+        # very content that will be stored.
+        verify_manifest(json.dumps(artifact.manifest).encode(), hmac_key=key)
+    return artifact
 
 
 @models.command("gc")

@@ -8,6 +8,7 @@ never a traceback (``--debug`` shows the traceback).
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import sys
@@ -20,7 +21,24 @@ from sidecar.errors import SidecarError
 
 log = logging.getLogger(__name__)
 
-_EXPECTED = (SidecarError, ModelStoreError, FileNotFoundError, IsADirectoryError, PermissionError)
+# OSError covers every wrong path (missing, a file where a directory belongs, an existing
+# file in the way, no permission, read-only disk), not only the three most common ones.
+_EXPECTED = (SidecarError, ModelStoreError, OSError)
+
+# errno values that describe the path itself, so the same call fails the same way again.
+_PERMANENT_ERRNOS = frozenset(
+    {
+        errno.EEXIST,
+        errno.ENOTDIR,
+        errno.EISDIR,
+        errno.EACCES,
+        errno.EPERM,
+        errno.EROFS,
+        errno.ENAMETOOLONG,
+        errno.ELOOP,
+        errno.EINVAL,
+    }
+)
 
 
 class _Group(click.Group):
@@ -32,15 +50,32 @@ class _Group(click.Group):
         except _EXPECTED as exc:
             if (ctx.obj or {}).get("debug"):
                 raise
-            hint = " (retrying may help)" if getattr(exc, "retryable", False) else ""
+            hint = " (retrying may help)" if _retryable(exc) else ""
             click.echo(f"error: {_describe(exc)}{hint}", err=True)
             sys.exit(2)
 
 
 def _describe(exc: BaseException) -> str:
-    if isinstance(exc, FileNotFoundError | IsADirectoryError | PermissionError) and exc.filename:
-        return f"{exc.strerror or type(exc).__name__}: {exc.filename}"
+    if isinstance(exc, OSError) and exc.filename is not None:
+        what = exc.strerror or type(exc).__name__
+        if exc.filename2 is not None:
+            return f"{what}: {exc.filename} -> {exc.filename2}"
+        return f"{what}: {exc.filename}"
     return str(exc) or type(exc).__name__
+
+
+def _retryable(exc: BaseException) -> bool:
+    """Whether the one-line message should suggest trying again."""
+    if isinstance(exc, OSError):
+        # A refused or timed-out connection may come back; a bad path will not.
+        return isinstance(exc, ConnectionError | TimeoutError)
+    if not getattr(exc, "retryable", False):
+        return False
+    # The store marks every OSError it wraps as retryable (StoreUnavailable), including
+    # "--store-dir is a file"; look at the cause so that such a message does not
+    # promise that a retry could help.
+    cause = exc.__cause__
+    return not (isinstance(cause, OSError) and cause.errno in _PERMANENT_ERRNOS)
 
 
 def configure_logging(level: str = "INFO", json_lines: bool = False) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,12 @@ def train_command(**opts: Any) -> None:
     (conformal quantile) and writes OUT (manifest.json + arrays.npz, no pickle). With no
     KB options it trains on the built-in demo KB, so `sidecar train --out DIR` just works.
     """
+    # Where the results go is checked first: training can take minutes, and finding out
+    # only at save time that OUT is a file throws all of that away.
+    _check_output_dir(opts["out"], "--out")
+    if not opts["no_report"]:
+        _check_output_dir(opts["report_dir"] or opts["out"] / "report", "--report")
+
     from threadpoolctl import threadpool_limits
     from tqdm.auto import tqdm
 
@@ -187,6 +194,28 @@ def train_command(**opts: Any) -> None:
         )
     if opts["publish"]:
         _publish(artifact, settings, promote=not opts["no_promote"])
+
+
+def _check_output_dir(path: Path, option: str) -> None:
+    """Raise ConfigError unless ``path`` is, or can be created as, a writable directory.
+
+    Nothing is created, so a run that fails later on its inputs leaves no empty folder.
+    """
+    from sidecar.errors import ConfigError
+
+    if path.exists():
+        if not path.is_dir():
+            raise ConfigError(f"{option} {path} exists and is not a directory")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise ConfigError(f"{option} {path} is not writable")
+        return
+    ancestor = path.absolute().parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ConfigError(f"{option} {path} cannot be created: {ancestor} is not a directory")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ConfigError(f"{option} {path} cannot be created: {ancestor} is not writable")
 
 
 def _publish(artifact: Any, settings: Any, *, promote: bool) -> None:

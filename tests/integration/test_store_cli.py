@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
-from model_store import RedisStore, build_artifact, save_dir
+from model_store import DirectoryStore, RedisStore, build_artifact, save_dir
 from sidecar.cli import main
 from sidecar.embedded import EmbeddedRedis
 
@@ -87,3 +87,70 @@ def test_import_requires_signature_when_key_set(
     (v,) = store.versions("demo")
     assert store.get("demo", v).manifest["signature"]
     store.close()
+
+
+def _one_error_line(result: Result) -> str:
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.output
+    return lines[0]
+
+
+def test_wrong_paths_are_one_line(tmp_path: Path) -> None:
+    (d0,) = _artifact_dirs(tmp_path, 1)
+    store = ["--store-dir", str(tmp_path / "store")]
+    run("models", "import", str(d0), "--promote", *store)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a directory\n")
+
+    line = _one_error_line(CliRunner().invoke(main, ["models", "import", str(a_file), *store]))
+    assert str(a_file) in line  # NotADirectoryError
+    for target in (a_file, a_file / "x"):  # FileExistsError, NotADirectoryError
+        args = ["models", "export", "demo", "active", str(target), *store]
+        line = _one_error_line(CliRunner().invoke(main, args))
+        assert str(a_file) in line
+    assert a_file.read_text() == "not a directory\n"
+
+
+def test_store_dir_that_is_a_file_does_not_suggest_retrying(tmp_path: Path) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    result = CliRunner().invoke(main, ["models", "list", "--store-dir", str(a_file)])
+    line = _one_error_line(result)
+    assert str(a_file) in line and "retrying" not in line
+
+
+def _signed_dir(tmp_path: Path, name: str, key: bytes, *, tamper: bool = False) -> Path:
+    art = build_artifact(
+        kb="demo", encoder={"name": "e", "dim": 4}, model={"kind": "combined"}, arrays={}
+    ).signed(key)
+    d = save_dir(art, tmp_path / name)
+    if tamper:  # edited after signing: the checksums still hold, the signature does not
+        manifest = json.loads((d / "manifest.json").read_text())
+        manifest["model"]["kind"] = "max_cosine"
+        (d / "manifest.json").write_text(json.dumps(manifest))
+    return d
+
+
+def test_allow_unsigned_still_rejects_a_wrong_signature(tmp_path: Path) -> None:
+    store_dir = tmp_path / "store"
+    env = {"SIDECAR_STORE__HMAC_KEY": "k", "SIDECAR_SECRETS_DIR": str(tmp_path / "none")}
+    rejected = [
+        _signed_dir(tmp_path, "other-key", b"other-key"),
+        _signed_dir(tmp_path, "tampered", b"other-key", tamper=True),
+        _signed_dir(tmp_path, "tampered-own-key", b"k", tamper=True),
+    ]
+    for d in rejected:
+        args = ["models", "import", str(d), "--store-dir", str(store_dir), "--allow-unsigned"]
+        line = _one_error_line(CliRunner(env=env).invoke(main, args))
+        assert "signature does not match" in line
+    assert DirectoryStore(store_dir).kbs() == []
+
+    # Waived: no signature at all; and a signature made with the configured key verifies.
+    (unsigned,) = _artifact_dirs(tmp_path, 1)
+    for d in (unsigned, _signed_dir(tmp_path, "own-key", b"k")):
+        args = ["models", "import", str(d), "--store-dir", str(store_dir), "--allow-unsigned"]
+        result = CliRunner(env=env).invoke(main, args)
+        assert result.exit_code == 0, result.output
+    assert len(DirectoryStore(store_dir, hmac_key=b"k").versions("demo")) == 2

@@ -130,3 +130,22 @@ def test_train_demo_kb_end_to_end(tmp_path: Path) -> None:
     s_id, s_ood = model.score(e)
     assert s_ood > s_id
     assert model.predict(e[1:])[0]
+
+
+def test_unusable_out_fails_before_training(tmp_path: Path) -> None:
+    """--out is checked before the inputs are even read, so before any training."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    # Missing inputs: had --out not been checked first, the error would name these.
+    inputs = ["--kb-embeddings", "/nonexistent/kb.npy", "--id-embeddings", "/nonexistent/q.npy"]
+    for out, why in ((a_file, "is not a directory"), (a_file / "m", "cannot be created")):
+        res = CliRunner().invoke(main, ["train", *inputs, "--out", str(out)])
+        assert res.exit_code == 2, res.output
+        lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error: --out"), res.output
+        assert str(out) in lines[0] and why in lines[0]
+    res = CliRunner().invoke(
+        main, ["train", *inputs, "--out", str(tmp_path / "m"), "--report", str(a_file)]
+    )
+    assert res.exit_code == 2 and "error: --report" in res.stderr
+    assert not (tmp_path / "m").exists()  # the check creates nothing

@@ -1,0 +1,125 @@
+"""``load_settings``: bad values become one ConfigError that never carries a secret."""
+
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+
+import pytest
+
+from sidecar.errors import ConfigError
+from sidecar.settings import load_settings, mask_url_password
+
+SECRET = "hunter2-d41d8cd9"
+
+
+@pytest.fixture(autouse=True)
+def secrets_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty secrets directory of the test's own, and no SIDECAR_ variable from outside."""
+    import os
+
+    for name in list(os.environ):
+        if name.startswith("SIDECAR_"):
+            monkeypatch.delenv(name)
+    d = tmp_path / "secrets"
+    d.mkdir()
+    monkeypatch.setenv("SIDECAR_SECRETS_DIR", str(d))
+    return d
+
+
+def _config_error() -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    return info.value
+
+
+def _assert_hidden(exc: BaseException, *secrets: str) -> None:
+    # The whole printed traceback, as --debug or a crash log would show it, chained
+    # exceptions included.
+    shown = "".join(traceback.format_exception(exc))
+    for secret in secrets:
+        assert secret not in shown
+    assert exc.__cause__ is None and exc.__context__ is None
+    assert "\n" not in str(exc)
+
+
+def test_misspelled_env_var_names_the_field_not_the_value(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SIDECAR_REDIS__PASSWD", SECRET)
+    exc = _config_error()
+    assert "redis.passwd" in str(exc) and "SIDECAR_REDIS__PASSWD" in str(exc)
+    _assert_hidden(exc, SECRET)
+
+
+def test_misspelled_secret_file_names_the_field_not_the_value(secrets_dir: Path) -> None:
+    (secrets_dir / "redis__passwd").write_text(SECRET + "\n")
+    exc = _config_error()
+    assert "redis.passwd" in str(exc) and "redis__passwd" in str(exc)
+    _assert_hidden(exc, SECRET)
+
+
+def test_bad_value_names_the_field_not_the_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SIDECAR_STORE__RETENTION", "abc-31337")
+    monkeypatch.setenv("SIDECAR_WEB__PORT", "70000")
+    exc = _config_error()
+    assert "store.retention" in str(exc) and "web.port" in str(exc)
+    _assert_hidden(exc, "abc-31337", "70000")
+
+
+def test_unparseable_json_env_var_is_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SIDECAR_SCORING__KBS", SECRET)
+    exc = _config_error()
+    assert "scoring" in str(exc)
+    _assert_hidden(exc, SECRET)
+
+
+@pytest.mark.parametrize("value", ["", "   "])
+def test_blank_hmac_key_from_env_is_rejected(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("SIDECAR_STORE__HMAC_KEY", value)
+    assert "store.hmac_key is set but empty" in str(_config_error())
+
+
+def test_blank_hmac_key_file_is_rejected(secrets_dir: Path) -> None:
+    (secrets_dir / "store__hmac_key").write_text("\n")
+    assert "store.hmac_key is set but empty" in str(_config_error())
+
+
+def test_hmac_key_file_is_read_and_stripped(secrets_dir: Path) -> None:
+    (secrets_dir / "store__hmac_key").write_text("0123abcd\n")
+    key = load_settings().store.hmac_key
+    assert key is not None and key.get_secret_value() == "0123abcd"
+    assert "0123abcd" not in repr(load_settings())
+
+
+def test_binary_key_file_is_named_never_echoed(secrets_dir: Path) -> None:
+    path = secrets_dir / "store__hmac_key"
+    path.write_bytes(b"\xff\xfe" + SECRET.encode() + b"\x80\x00")
+    exc = _config_error()
+    assert str(path) in str(exc) and "text" in str(exc) and "hex" in str(exc)
+    _assert_hidden(exc, SECRET, "0xff", "\\xff")
+
+
+@pytest.mark.parametrize(
+    ("url", "masked"),
+    [
+        (f"redis://:{SECRET}@h:6379/0", "redis://***@h:6379/0"),
+        (f"rediss://app:{SECRET}@redis.prod:6380/2", "rediss://***@redis.prod:6380/2"),
+        (f"redis://:{SECRET}@x@h/0", "redis://***@h/0"),  # a password may hold "@"
+        (f"redis://app:s3/{SECRET}@h/0", "redis://***@h/0"),  # or "/"
+        (f"redis://h:6379/0?password={SECRET}", "redis://h:6379/0?password=***"),
+        ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+        ("unix:///run/redis.sock", "unix:///run/redis.sock"),
+    ],
+)
+def test_mask_url_password(url: str, masked: str) -> None:
+    assert mask_url_password(url) == masked
+
+
+def test_redis_url_password_not_in_repr_but_url_unchanged() -> None:
+    url = f"redis://:{SECRET}@h:6379/0"
+    s = load_settings(redis={"url": url})
+    for shown in (repr(s.redis), str(s.redis), repr(s), str(s)):
+        assert SECRET not in shown and "redis://***@h:6379/0" in shown
+    assert s.redis.url == url and isinstance(s.redis.url, str)
+    assert s.redis.masked_url == "redis://***@h:6379/0"

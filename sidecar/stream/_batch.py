@@ -24,6 +24,7 @@ import numpy as np
 
 from sidecar.stream._records import (
     NO_MODEL,
+    PARSE_FAILED,
     SCORING_FAILED,
     DeadLetter,
     InputPolicy,
@@ -31,6 +32,7 @@ from sidecar.stream._records import (
     Raw,
     Rejected,
     Verdict,
+    clip,
     finite_or_none,
     parse_query,
 )
@@ -149,7 +151,7 @@ class BatchScorer:
         out = BatchOutcome()
         t0 = time.perf_counter()
         snapshot = self.holder.snapshot()  # once per batch: one model per KB for all of it
-        parsed = [parse_query(r, self.policy) for r in raws]
+        parsed = [_parse(r, self.policy) for r in raws]
         results: list[Verdict | DeadLetter | None] = [None] * len(parsed)
         scored: list[int] = []
         for i, p in enumerate(parsed):
@@ -253,6 +255,19 @@ class BatchScorer:
                     loaded.version,
                 )
         return decided
+
+
+def _parse(raw: Raw, policy: InputPolicy) -> Query | Rejected:
+    """:func:`parse_query`, with anything it raises turned into a rejection of this record."""
+    try:
+        return parse_query(raw, policy)
+    except Exception as exc:
+        # parse_query is meant never to raise; if a bug lets it, this one record goes to
+        # the dead-letter topic with the error rather than failing the batch around it.
+        detail = clip(f"parser raised {type(exc).__name__}: {exc}", 300)
+        log.warning("parsing %s[%s]@%s failed: %s", raw.topic, raw.partition, raw.offset, detail)
+        log.debug("parser traceback", exc_info=True)
+        return Rejected(raw=raw, reason=PARSE_FAILED, detail=detail)
 
 
 def _safe_scores(model: ScoringModel, E: np.ndarray, idx: list[int]) -> list[float | str]:

@@ -74,19 +74,20 @@ class Publisher:
     async def dead_letter(self, d: DeadLetter, now_ms: float | None = None) -> Awaitable[Any]:
         """Send one dead-letter record (the single DLQ handler); returns its delivery future."""
         now_ms = self._clock() * 1000.0 if now_ms is None else now_ms
+        record = d.to_record(now_ms=now_ms)
         log.info(
             "dead letter %s at %s[%s]@%s: %s",
             d.reason,
             d.raw.topic,
             d.raw.partition,
             d.raw.offset,
-            d.detail,
+            record["detail"],  # the record's detail is capped; d.detail may not be
         )
         headers = [
             ("reason", d.reason.encode()),
             ("model_version", (d.model_version or "").encode()),
         ]
-        return await self._send(self.topics.dlq, None, dumps(d.to_record(now_ms=now_ms)), headers)
+        return await self._send(self.topics.dlq, None, dumps(record), headers)
 
     async def publish(self, outcome: BatchOutcome) -> None:
         """Send everything in ``outcome`` and wait until the broker acknowledged it all.

@@ -11,8 +11,12 @@ Verdict (``kafka.verdicts_topic``, keyed by ``id``, header ``model_version``)::
 
 Dead letter (``kafka.dlq_topic``)::
 
-    {"reason", "detail", "payload", "payload_encoding", "topic", "partition", "offset",
-     "model_version", "ts"}
+    {"reason", "detail", "payload", "payload_encoding", "payload_size", "payload_truncated",
+     "topic", "partition", "offset", "model_version", "ts"}
+
+``payload`` keeps at most the first :data:`MAX_DLQ_PAYLOAD_BYTES` of the record's value
+(``payload_size`` is the original size in bytes), so a dead letter always fits the
+producer's request size whatever was consumed.
 
 Parsing is pure (no I/O) so that every bad-input class is unit-testable.
 """
@@ -20,6 +24,7 @@ Parsing is pure (no I/O) so that every bad-input class is unit-testable.
 from __future__ import annotations
 
 import base64
+import codecs
 import json
 import math
 from collections.abc import Collection
@@ -30,18 +35,23 @@ from typing import Any, Literal
 UNDECODABLE = "undecodable"  # the value is not UTF-8
 INVALID_JSON = "invalid_json"  # not JSON, or JSON but not an object
 MISSING_ID = "missing_id"  # no "id", or not a non-empty string
+ID_TOO_LONG = "id_too_long"  # "id" longer than InputPolicy.max_id_chars
 MISSING_TEXT = "missing_text"  # no "text" field
 EMPTY_TEXT = "empty_text"  # "text" is empty or only whitespace
 BAD_TEXT_TYPE = "bad_text_type"  # "text" is not a string
-BAD_FIELD = "bad_field"  # "kb" not a string, "ts" not a number, "meta" not an object
+# "kb" not a string, "ts" not a number (or too large for a float), "meta" not an object,
+# or "id" / "kb" / "text" holding a lone surrogate (not encodable as UTF-8)
+BAD_FIELD = "bad_field"
 UNKNOWN_KB = "unknown_kb"  # a KB this sidecar does not serve
 TOO_LONG = "too_long"  # text over scoring.max_text_chars with overlong = "reject"
 SCORING_FAILED = "scoring_failed"  # the encoder or the detector raised on this query
+PARSE_FAILED = "parse_failed"  # the parser itself raised on this record (a bug, not bad input)
 
 REASONS = (
     UNDECODABLE,
     INVALID_JSON,
     MISSING_ID,
+    ID_TOO_LONG,
     MISSING_TEXT,
     EMPTY_TEXT,
     BAD_TEXT_TYPE,
@@ -49,7 +59,21 @@ REASONS = (
     UNKNOWN_KB,
     TOO_LONG,
     SCORING_FAILED,
+    PARSE_FAILED,
 )
+
+# The id is the verdict's Kafka key and is repeated in its value: a bound keeps every
+# verdict far below the producer's max request size, whatever the client sent.
+MAX_ID_CHARS = 256
+# Raw bytes of the consumed value kept in a dead letter. Even if every byte became a
+# six-character JSON escape (control characters), the record stays under 400 KB, well
+# below the producer's 1,000,000-byte default.
+MAX_DLQ_PAYLOAD_BYTES = 64 * 1024
+# A dead letter's detail is logged at INFO; exception texts and user values in it are cut
+# here so neither the log line nor the record can grow with the input.
+MAX_DETAIL_CHARS = 1000
+# How much of a user-supplied value (an unknown kb) a detail quotes.
+MAX_QUOTED_CHARS = 80
 
 NO_MODEL = "no_model"  # verdict reason when fail_mode decided instead of a model
 
@@ -96,6 +120,7 @@ class InputPolicy:
     default_kb: str
     max_text_chars: int = 4000
     overlong: Literal["reject", "truncate"] = "reject"
+    max_id_chars: int = MAX_ID_CHARS
 
 
 def parse_query(raw: Raw, policy: InputPolicy) -> Query | Rejected:
@@ -112,6 +137,10 @@ def parse_query(raw: Raw, policy: InputPolicy) -> Query | Rejected:
         return reject(UNDECODABLE, f"value is not UTF-8: {exc.reason} at byte {exc.start}")
     try:
         doc = json.loads(text_doc)
+    except RecursionError:
+        # Deeply nested arrays or objects exhaust the decoder's recursion limit: still
+        # just a document we will not read, not a failure of the batch.
+        return reject(INVALID_JSON, "not JSON: nested too deeply")
     except ValueError as exc:
         return reject(INVALID_JSON, f"not JSON: {exc}")
     if not isinstance(doc, dict):
@@ -120,11 +149,17 @@ def parse_query(raw: Raw, policy: InputPolicy) -> Query | Rejected:
     qid = doc.get("id")
     if not isinstance(qid, str) or not qid:
         return reject(MISSING_ID, "'id' must be a non-empty string")
+    if len(qid) > policy.max_id_chars:
+        return reject(ID_TOO_LONG, f"'id' has {len(qid)} chars, limit {policy.max_id_chars}")
+    if not _utf8_encodable(qid):
+        return reject(BAD_FIELD, "'id' is not valid UTF-8 (it holds a lone surrogate)")
     kb = doc.get("kb", policy.default_kb)
     if kb is None:
         kb = policy.default_kb
     if not isinstance(kb, str):
         return reject(BAD_FIELD, "'kb' must be a string")
+    if not _utf8_encodable(kb):
+        return reject(BAD_FIELD, "'kb' is not valid UTF-8 (it holds a lone surrogate)")
     if "text" not in doc:
         return reject(MISSING_TEXT, "no 'text' field", kb)
     text = doc["text"]
@@ -132,16 +167,17 @@ def parse_query(raw: Raw, policy: InputPolicy) -> Query | Rejected:
         return reject(BAD_TEXT_TYPE, f"'text' is {type(text).__name__}, expected a string", kb)
     if not text.strip():
         return reject(EMPTY_TEXT, "'text' is empty", kb)
+    if not _utf8_encodable(text):
+        # The tokenizer would fail on it and take the whole encoder batch into a retry.
+        return reject(BAD_FIELD, "'text' is not valid UTF-8 (it holds a lone surrogate)", kb)
     ts = doc.get("ts")
-    if ts is not None and (
-        isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts)
-    ):
-        return reject(BAD_FIELD, "'ts' must be epoch milliseconds (a number)", kb)
+    if ts is not None and not _is_epoch_number(ts):
+        return reject(BAD_FIELD, "'ts' must be epoch milliseconds (a finite number)", kb)
     meta = doc.get("meta")
     if meta is not None and not isinstance(meta, dict):
         return reject(BAD_FIELD, "'meta' must be an object", kb)
     if kb not in policy.kbs:
-        return reject(UNKNOWN_KB, f"kb {kb!r} is not served here", kb)
+        return reject(UNKNOWN_KB, f"kb {quote(kb)} is not served here", kb)
     truncated = False
     if len(text) > policy.max_text_chars:
         if policy.overlong == "reject":
@@ -150,6 +186,44 @@ def parse_query(raw: Raw, policy: InputPolicy) -> Query | Rejected:
             )
         text, truncated = text[: policy.max_text_chars], True
     return Query(raw=raw, id=qid, text=text, kb=kb, ts=ts, meta=meta, truncated=truncated)
+
+
+def _utf8_encodable(s: str) -> bool:
+    # JSON's \ud800 escapes decode to lone surrogates, which no UTF-8 encoder accepts: the
+    # key of a verdict, or the tokenizer, would fail on them later, outside this parser.
+    if s.isascii():
+        return True
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _is_epoch_number(ts: object) -> bool:
+    if isinstance(ts, bool) or not isinstance(ts, int | float):
+        return False
+    try:
+        # A JSON integer has no size limit; one past float range would raise in isfinite
+        # here, and in the latency arithmetic of the verdict later.
+        return math.isfinite(float(ts))
+    except OverflowError:
+        return False
+
+
+def quote(value: str, limit: int = MAX_QUOTED_CHARS) -> str:
+    """``repr(value)`` of at most ``limit`` characters, with the full length when cut."""
+    r = repr(value[:limit])
+    if len(value) <= limit and len(r) <= limit + 2:  # + 2: the quotes
+        return r
+    return f"{r[:limit]}... ({len(value)} chars)"
+
+
+def clip(text: str, limit: int = MAX_DETAIL_CHARS) -> str:
+    """``text`` cut to at most ``limit`` characters (plus a note of the full length)."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} chars)"
 
 
 @dataclass(frozen=True)
@@ -198,12 +272,16 @@ class DeadLetter:
     model_version: str | None = None
 
     def to_record(self, *, now_ms: float) -> dict[str, Any]:
+        """The JSON document written to the dead-letter topic at ``now_ms``."""
         payload, encoding = encode_payload(self.raw.value)
+        value = self.raw.value
         return {
             "reason": self.reason,
-            "detail": self.detail,
+            "detail": clip(self.detail),
             "payload": payload,
             "payload_encoding": encoding,
+            "payload_size": len(value) if value is not None else None,
+            "payload_truncated": value is not None and len(value) > MAX_DLQ_PAYLOAD_BYTES,
             "topic": self.raw.topic,
             "partition": self.raw.partition,
             "offset": self.raw.offset,
@@ -212,19 +290,38 @@ class DeadLetter:
         }
 
 
-def encode_payload(value: bytes | None) -> tuple[str | None, str]:
-    """The original bytes as text: UTF-8 when they decode, base64 otherwise."""
+def encode_payload(
+    value: bytes | None, limit: int = MAX_DLQ_PAYLOAD_BYTES
+) -> tuple[str | None, str]:
+    """The first ``limit`` bytes of ``value`` as text: UTF-8 when they decode, base64 otherwise.
+
+    The bytes are cut before they are encoded, so a cut base64 payload still decodes to a
+    prefix of the original; a UTF-8 one drops the partial character the cut left at its
+    end (at most 3 bytes) rather than turning into base64.
+    """
     if value is None:
         return None, "none"
+    head = value[:limit]
     try:
-        return value.decode("utf-8"), "utf-8"
+        # Where the cap cut the value, final=False holds back a character split by the cut
+        # instead of raising; a value kept whole must decode to its last byte.
+        text = codecs.getincrementaldecoder("utf-8")().decode(head, final=len(head) == len(value))
     except UnicodeDecodeError:
-        return base64.b64encode(value).decode("ascii"), "base64"
+        return base64.b64encode(head).decode("ascii"), "base64"
+    return text, "utf-8"
 
 
 def dumps(doc: dict[str, Any]) -> bytes:
-    """Compact JSON bytes (NaN/inf scores become null: JSON has no such numbers)."""
-    return json.dumps(doc, separators=(",", ":"), allow_nan=False, default=str).encode("utf-8")
+    """Compact JSON bytes (NaN/inf scores become null: JSON has no such numbers).
+
+    Non-ASCII stays UTF-8 rather than ``\\uXXXX`` escapes: six bytes for each Cyrillic
+    letter instead of two would make a dead letter's payload three times its size.
+    """
+    text = json.dumps(doc, separators=(",", ":"), allow_nan=False, default=str, ensure_ascii=False)
+    # A lone surrogate (say, in an exception text in a detail) cannot be UTF-8; non-ASCII
+    # only ever occurs inside JSON strings, where its backslash escape is the same valid
+    # \uXXXX escape that ensure_ascii would have written.
+    return text.encode("utf-8", errors="backslashreplace")
 
 
 def finite_or_none(x: float | None) -> float | None:

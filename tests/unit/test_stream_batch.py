@@ -181,5 +181,49 @@ async def test_empty_batch() -> None:
     assert out.size == 0
 
 
+async def test_inputs_that_made_the_parser_raise_are_dead_letters_among_verdicts() -> None:
+    batch = raws(
+        {"id": "a", "text": "ok"},
+        b'{"id":"b","text":"x","ts":1' + b"0" * 400 + b"}",  # past float range
+        b"[" * 200_000,  # nested past the recursion limit
+        b'{"a":' * 100_000,
+        b'{"id":"\\ud800","text":"hello"}',  # a lone surrogate
+        {"id": "i" * 600_000, "text": "hello"},
+        {"id": "z", "text": "fine"},
+    )
+    out = await BatchScorer(FakeEncoder(), holder(default="v1"), POLICY).score(batch)
+    assert [v.query.id for v in out.verdicts] == ["a", "z"]
+    assert [(d.raw.offset, d.reason) for d in out.dead] == [
+        (1, r.BAD_FIELD),
+        (2, r.INVALID_JSON),
+        (3, r.INVALID_JSON),
+        (4, r.BAD_FIELD),
+        (5, r.ID_TOO_LONG),
+    ]
+
+
+class ExplodingKbs(frozenset[str]):
+    """A served-KB set whose lookup of "boom" raises: a stand-in for a parser bug."""
+
+    def __contains__(self, kb: object) -> bool:
+        if kb == "boom":
+            raise RuntimeError("lookup exploded")
+        return super().__contains__(kb)
+
+
+async def test_a_parser_bug_dead_letters_that_record_not_the_batch() -> None:
+    policy = InputPolicy(kbs=ExplodingKbs({"default"}), default_kb="default")
+    batch = raws(
+        {"id": "a", "text": "ok"}, {"id": "b", "text": "x", "kb": "boom"}, {"id": "c", "text": "y"}
+    )
+    out = await BatchScorer(FakeEncoder(), holder(default="v1"), policy).score(batch)
+    assert [v.query.id for v in out.verdicts] == ["a", "c"]
+    assert [(d.raw.offset, d.reason, d.model_version) for d in out.dead] == [
+        (1, r.PARSE_FAILED, None)
+    ]
+    assert out.dead[0].detail == "parser raised RuntimeError: lookup exploded"
+    assert r.PARSE_FAILED in r.REASONS
+
+
 def test_types_are_the_public_ones() -> None:
     assert Verdict.__name__ == "Verdict" and DeadLetter.__name__ == "DeadLetter"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -12,13 +13,23 @@ from sidecar.errors import BrokerError
 from sidecar.stream import (
     BatchOutcome,
     DeadLetter,
+    InputPolicy,
     Publisher,
     Query,
     Raw,
+    Rejected,
     StreamMetrics,
     TopicNames,
     Verdict,
+    parse_query,
 )
+
+# aiokafka's default max_request_size: a larger record makes send() itself raise.
+MAX_REQUEST_SIZE = 1_000_000
+
+
+class TooLarge(Exception):
+    """What the fake producer raises, like aiokafka's MessageSizeTooLargeError."""
 
 
 class FakeSend:
@@ -26,9 +37,14 @@ class FakeSend:
 
     def __init__(self, fail_topic: str | None = None) -> None:
         self.sent: list[tuple[str, bytes | None, dict[str, Any], dict[str, bytes]]] = []
+        self.sizes: list[int] = []
         self.fail_topic = fail_topic
 
     async def __call__(self, topic: str, key: bytes | None, value: bytes, headers: Any) -> Any:
+        size = len(key or b"") + len(value)
+        if size > MAX_REQUEST_SIZE:
+            raise TooLarge(f"{size} bytes")
+        self.sizes.append(size)
         self.sent.append((topic, key, json.loads(value), dict(headers)))
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if topic == self.fail_topic:
@@ -94,3 +110,56 @@ def test_metrics_count_a_batch() -> None:
     assert 'sidecar_consumer_lag{partition="1",topic="q"} 5.0' in text
     assert 'sidecar_stage_seconds_sum{stage="encode"} 0.02' in text
     assert "sidecar_latency_seconds_count 2.0" in text
+
+
+POLICY = InputPolicy(kbs={"default"}, default_kb="default", max_text_chars=4000)
+
+
+def decided(*values: bytes) -> BatchOutcome:
+    """Parse ``values``: a verdict for each query, a dead letter for each rejection."""
+    out = BatchOutcome()
+    for i, value in enumerate(values):
+        p = parse_query(Raw(value, "q", 0, i, timestamp_ms=1.0), POLICY)
+        if isinstance(p, Rejected):
+            out.dead.append(DeadLetter(p.raw, p.reason, p.detail, "v1"))
+        else:
+            out.verdicts.append(Verdict(p, "ID", 0.1, 0.5, "d", "v1"))
+    return out
+
+
+async def test_records_that_used_to_fail_at_publish_are_dead_lettered_and_the_batch_goes() -> None:
+    cyrillic = json.dumps({"id": "big", "text": "я" * 250_000}, ensure_ascii=False).encode()
+    send = FakeSend()
+    await Publisher(send, TopicNames(verdicts="v", dlq="dlq")).publish(
+        decided(
+            b'{"id":"ok","text":"hello"}',
+            b'{"id":"\\ud800","text":"hello"}',  # a lone surrogate: no UTF-8 key exists
+            json.dumps({"id": "i" * 600_000, "text": "hello"}).encode(),
+            cyrillic,  # too_long, 500 KB of two-byte letters
+        )
+    )
+    assert [(t, k) for t, k, _, _ in send.sent] == [("v", b"ok")] + [("dlq", None)] * 3
+    reasons = [(dl["offset"], dl["reason"]) for _, _, dl, _ in send.sent[1:]]
+    assert reasons == [(1, "bad_field"), (2, "id_too_long"), (3, "too_long")]
+    assert max(send.sizes) < MAX_REQUEST_SIZE // 2
+    big = send.sent[-1][2]
+    assert big["payload_truncated"] is True and big["payload_size"] == len(cyrillic)
+
+
+async def test_dead_letter_log_line_is_bounded(caplog: pytest.LogCaptureFixture) -> None:
+    out = decided(json.dumps({"id": "a", "text": "t", "kb": "k" * 200_000}).encode())
+    assert out.dead[0].reason == "unknown_kb"
+    with caplog.at_level(logging.INFO, logger="sidecar.stream._publish"):
+        await Publisher(FakeSend(), TOPICS).publish(out)
+    [line] = [rec.getMessage() for rec in caplog.records if rec.name == "sidecar.stream._publish"]
+    assert "unknown_kb" in line and len(line) < 300
+
+
+async def test_a_long_detail_is_capped_in_record_and_log(caplog: pytest.LogCaptureFixture) -> None:
+    send = FakeSend()
+    d = DeadLetter(RAW, "scoring_failed", "encoder: " + "x" * 100_000, "v1")
+    with caplog.at_level(logging.INFO, logger="sidecar.stream._publish"):
+        await Publisher(send, TOPICS).publish(BatchOutcome(dead=[d]))
+    detail = send.sent[0][2]["detail"]
+    assert detail.startswith("encoder: xxx") and len(detail) < 1100
+    assert detail in caplog.records[0].getMessage()

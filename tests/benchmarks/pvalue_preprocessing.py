@@ -1,0 +1,160 @@
+"""Ablation behind tests/benchmarks/pvalue_preprocessing_dev.json (not a test; run by hand).
+
+Does the reference implementation's preprocessing change the paper's p-value-vs-EVR
+comparison? Its code (github.com/toastedqu/rag_safety_pca) z-scores the KB embeddings
+before PCA and runs the t-test on class-balanced ID / OOD samples; the product fits PCA
+on the raw embeddings and tests every fit query. This script refits the protocol's
+candidates (``PROTOCOL_CANDIDATES``, m = 13, seed 0, 1% target FRR) on each KB under
+each variant and prints p-value minus EVR per detector::
+
+    python tests/benchmarks/pvalue_preprocessing.py clinc150 raw,std,std_bal \
+        --data-dir ../shared/data --json out.json
+
+The variants swap one piece of the pipeline in this process only (see ``VARIANTS``).
+Benchmarks whose KBs have no training queries (covid is cross-fitted) are not supported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+import sidecar.scoring._fit as fit_module
+from sidecar.scoring._subspace import KBSubspace, select_pvalue
+from sidecar.training._evaluate import PROTOCOL_CANDIDATES
+from sidecar.training._metrics import auroc, paper_accuracy
+from sidecar.training._search import carve_splits, fixed_fit
+from sidecar.training._targets import PAPER_DETECTORS
+
+VARIANTS = {
+    "raw": "the product: PCA of raw KB embeddings, t-test on every fit query",
+    "raw_bal": "t-test on a seeded class-balanced subsample",
+    "std": "embeddings z-scored per dimension with the KB's mean and sd (correlation PCA)",
+    "std_bal": "std + class-balanced t-test",
+    "paper": "the reference code: PCs of z-scored KB embeddings, unscaled queries projected",
+    "paper_bal": "paper + class-balanced t-test",
+}
+
+
+def _balanced_pvalue(Z_id: np.ndarray, Z_ood: np.ndarray, m: int) -> np.ndarray:
+    n = min(len(Z_id), len(Z_ood))
+    rng = np.random.default_rng(0)
+
+    def cut(Z: np.ndarray) -> np.ndarray:
+        return Z[np.sort(rng.choice(len(Z), n, replace=False))] if len(Z) > n else Z
+
+    return select_pvalue(cut(Z_id), cut(Z_ood), m)
+
+
+@contextmanager
+def _variant(name: str) -> Iterator[None]:
+    """Swap the t-test input and the PCA fit for the duration of one variant."""
+    orig_select, orig_fit = fit_module.select_pvalue, KBSubspace.fit
+
+    def paper_fit(self: KBSubspace, X: Any, y: Any = None) -> KBSubspace:
+        X = np.asarray(X, dtype=np.float64)
+        mu, sd = X.mean(0), X.std(0) + 1e-8
+        orig_fit(self, (X - mu) / sd)
+        self.mean_ = mu  # queries are centred but not scaled, as in the reference code
+        return self
+
+    if name.endswith("_bal"):
+        fit_module.select_pvalue = _balanced_pvalue
+    if name.startswith("paper"):
+        KBSubspace.fit = paper_fit  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        fit_module.select_pvalue = orig_select
+        KBSubspace.fit = orig_fit  # type: ignore[method-assign]
+
+
+def _identity(X: np.ndarray) -> np.ndarray:
+    return X
+
+
+def _zscore(kb: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    mu, sd = kb.mean(0), kb.std(0) + 1e-8
+    return lambda X: ((X - mu) / sd).astype(np.float32)
+
+
+def run(benchmark: str, variants: list[str], data_dir: str) -> dict[str, Any]:
+    from sidecar.scoring import available_cpus, load_encoder
+    from sidecar.settings import load_settings
+    from sidecar.training import EmbeddingCache, load_benchmark
+
+    enc = load_encoder(load_settings().scoring, threads=available_cpus())
+    embed = EmbeddingCache(enc, None, progress=False).embed
+    info = {"name": enc.name, "dim": enc.dim}
+    rows: dict[str, dict[str, dict[str, list[float]]]] = {}
+    for task in load_benchmark(benchmark, data_dir, "dev"):
+        if not task.ood_train:
+            raise SystemExit(f"{benchmark} KB {task.name} has no OOD training queries")
+        E = {k: embed(getattr(task, k)) for k in ("kb_texts", "id_train", "ood_train")}
+        E_ide, E_oode = embed(task.id_eval), embed(task.ood_eval)
+        for var in variants:
+            scale = _zscore(E["kb_texts"]) if var.startswith("std") else _identity
+            splits = carve_splits(*(scale(E[k]) for k in E), seed=0)
+            with _variant(var):
+                for cand in PROTOCOL_CANDIDATES:
+                    for crit in ("evr", "pvalue"):
+                        model = fixed_fit(
+                            splits, cand, kb_name=task.name, encoder=info, criterion=crit
+                        )
+                        s_id, s_ood = model.score(scale(E_ide)), model.score(scale(E_oode))
+                        t = model.threshold
+                        r = rows.setdefault(var, {}).setdefault(f"{cand.detector}/{crit}", {})
+                        r.setdefault("paper_accuracy", []).append(
+                            paper_accuracy(s_id - t, s_ood - t, 0.0, seed=0)
+                        )
+                        r.setdefault("auroc", []).append(auroc(s_id, s_ood))
+        print(task.name, flush=True)
+    out: dict[str, Any] = {}
+    for var, by in rows.items():
+        dets = sorted({k.split("/")[0] for k in by})
+        row: dict[str, Any] = {}
+        for d in dets:
+            row[d] = {
+                metric: {
+                    "evr": float(np.mean(by[f"{d}/evr"][metric])),
+                    "pvalue": float(np.mean(by[f"{d}/pvalue"][metric])),
+                    "diff": float(
+                        np.mean(by[f"{d}/pvalue"][metric]) - np.mean(by[f"{d}/evr"][metric])
+                    ),
+                }
+                for metric in ("paper_accuracy", "auroc")
+            }
+        row["paper_detectors_mean_diff"] = {
+            metric: float(np.mean([row[d][metric]["diff"] for d in PAPER_DETECTORS]))
+            for metric in ("paper_accuracy", "auroc")
+        }
+        out[var] = row
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("benchmark", choices=["clinc150", "stackexchange"])
+    ap.add_argument("variants", help=f"comma-separated, of {sorted(VARIANTS)}")
+    ap.add_argument("--data-dir", default="../shared/data")
+    ap.add_argument("--json", default=None, help="write the results here")
+    args = ap.parse_args()
+    variants = [v for v in args.variants.split(",") if v]
+    unknown = sorted(set(variants) - set(VARIANTS))
+    if unknown:
+        raise SystemExit(f"unknown variants {unknown}; choose from {sorted(VARIANTS)}")
+    res = run(args.benchmark, variants, args.data_dir)
+    for var, row in res.items():
+        print(var, "paper six, p-value minus EVR:", row["paper_detectors_mean_diff"])
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"benchmark": args.benchmark, "variants": res}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -9,6 +9,7 @@
     ├── EncoderMismatch             embeddings from another encoder than the model was built with
     ├── ModelNotLoaded              no active model for a KB the sidecar serves
     ├── BrokerError                 the Kafka broker (or the embedded one) failed (retryable)
+    ├── StreamHalted                a batch could not be scored or delivered: the worker stops
     └── ExplainError                rule mining failed
         └── BlackBoxError           the LLM endpoint failed after its retries (retryable)
 
@@ -47,6 +48,16 @@ class ModelNotLoaded(SidecarError):
 
 class BrokerError(SidecarError):
     """The Kafka broker could not be started or reached."""
+
+    retryable = True
+
+
+class StreamHalted(SidecarError):
+    """A batch could not be scored or its verdicts delivered; the worker stops consuming.
+
+    Its records keep their uncommitted offsets and are delivered again to the worker that
+    next owns their partitions (this one, restarted, or another replica).
+    """
 
     retryable = True
 

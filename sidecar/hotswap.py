@@ -250,6 +250,11 @@ class ModelWatcher:
         except StoreUnavailable as exc:
             self._store_down(exc)
             log.warning("model store unreachable at start, will retry: %s", exc)
+        except Exception:
+            # Any other store error (a refused command, a wrong key type): the event loop
+            # resubscribes and retries with backoff, so the loops must start regardless.
+            self._after = None
+            log.exception("first model load failed, will retry")
         self._tasks = [
             asyncio.create_task(self._event_loop(), name="model-watcher-events"),
             asyncio.create_task(self._poll_loop(), name="model-watcher-poll"),
@@ -334,6 +339,10 @@ class ModelWatcher:
         model = (self.loader or _default_loader)(artifact)
         name, dim = str(self.encoder["name"]), int(self.encoder["dim"])
         model.check_encoder(name, dim)
+        threshold = getattr(model, "threshold", 0.0)
+        if not np.isfinite(threshold):
+            # score > NaN is always False: every query would pass as in-domain.
+            raise ArtifactRejected(f"threshold {threshold!r} is not finite")
         if self.warmup:
             probe = np.zeros((1, dim), dtype=np.float32)
             probe[0, 0] = 1.0

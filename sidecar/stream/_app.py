@@ -10,8 +10,15 @@ How a record is kept from being acked early: faust's stream acks an event when t
 asks for the next one. Each event's message is therefore *held* (one extra reference)
 from the moment the agent queues it for a batch and released (acked) only after
 :meth:`Publisher.publish` returned for its batch; whichever ack comes last is the final
-one. A batch that failed keeps its hold, so its offsets are never committed and the
-records come back after a restart or a rebalance.
+one.
+
+A batch that cannot be scored or delivered *halts* the worker (:meth:`Runtime.halt`):
+nothing after it is published or acked, its records keep their hold, and the worker
+stops with a non-zero exit so that its orchestrator restarts it. Carrying on in the same
+process would be unsafe: faust would keep fetching past the held records, which then
+never come back while the process lives, and its commit of a later record on the same
+partition could step over them. Stopping is the one way back to the committed offsets,
+where the restarted worker (or another replica, after the rebalance) reads them again.
 
 Batching is the :class:`~sidecar.stream._batcher.MicroBatcher`'s: the agent queues events
 as faust delivers them and one runner scores whatever has queued while the previous batch
@@ -23,15 +30,16 @@ batch overlaps the encoding of the next.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from sidecar.errors import ConfigError
+from sidecar.errors import ConfigError, StreamHalted
 from sidecar.settings import Settings
 from sidecar.stream._batch import BatchScorer
 from sidecar.stream._batcher import MicroBatcher
@@ -85,6 +93,11 @@ class Runtime:
         self.batches = 0
         self.encoder_warm = False
         self._inflight: asyncio.Future[None] | None = None
+        # Why the worker halted (None while it runs); see halt().
+        self.halted: str | None = None
+        # Called once when the worker halts (create_app: stop the app without waiting
+        # for the held records).
+        self.on_halt: Callable[[str], None] | None = None
 
     async def warm_up(self) -> None:
         """Run the encoder once at full batch size, on its thread: torch's first call is slow."""
@@ -122,26 +135,58 @@ class Runtime:
             oldest = min((r.timestamp_ms for r in raws if r.timestamp_ms), default=None)
             age = time.time() * 1000.0 - oldest if oldest else float("nan")
             log.debug("batch of %s taken; oldest record %.1f ms old", len(raws), age)
-        outcome = await self.scorer.score(raws)
+        if self.halted is not None:
+            raise StreamHalted(self.halted)
+        try:
+            outcome = await self.scorer.score(raws)
+        except Exception as exc:
+            # Per-record failures are dead letters inside score(); this is the encoder
+            # thread or the scorer itself failing, which retrying the batch will not fix.
+            log.exception("batch of %s could not be scored", len(raws))
+            raise self.halt(f"a batch could not be scored ({_describe(exc, raws)})") from None
         log.debug("batch of %s scored: %s", len(raws), outcome.timings)
         await self.drain()
         self._inflight = asyncio.ensure_future(self._publish(events, raws, outcome))
+        # A failure is also handled by halt(); retrieving it here keeps asyncio from
+        # logging it again when nothing drains the future (the worker is stopping).
+        self._inflight.add_done_callback(lambda f: f.cancelled() or f.exception())
 
     async def drain(self) -> None:
-        """Wait for the batch in flight (re-raises its delivery failure)."""
+        """Wait for the batch in flight (raises :class:`StreamHalted` if it failed)."""
         inflight, self._inflight = self._inflight, None
         if inflight is not None:
             await inflight
 
+    def halt(self, reason: str) -> StreamHalted:
+        """Stop publishing and acking for good; returns the error to raise.
+
+        The first call logs the reason, marks ``/readyz`` unready and calls ``on_halt``.
+        """
+        if self.halted is None:
+            self.halted = reason
+            log.critical(
+                "stream halted: %s; nothing more is published or committed, and the worker "
+                "stops so that the records from the oldest uncommitted offset are delivered "
+                "again",
+                reason,
+            )
+            if self.on_halt is not None:
+                self.on_halt(reason)
+        return StreamHalted(self.halted)
+
     async def _publish(self, events: Sequence[Any], raws: list[Raw], outcome: Any) -> None:
         assert self.publisher is not None
+        # No halted check here: a batch scored before the one that failed precedes it on
+        # every partition, so delivering and acking it commits nothing past the failure.
         t0 = time.perf_counter()
         try:
             await self.publisher.publish(outcome)
-        except Exception:
+        except Exception as exc:
+            # The producer has already retried what the broker calls retriable; what
+            # reaches here will not heal by sending the batch again.
             self.metrics.produce_errors.inc()
             log.exception("batch of %s not delivered; its offsets stay uncommitted", len(raws))
-            raise
+            raise self.halt(f"a batch was not delivered ({_describe(exc, raws)})") from None
         outcome.timings["produce"] = time.perf_counter() - t0
         for ev in events:
             # Release the hold. Whichever of this and the stream's own ack comes last is
@@ -152,6 +197,16 @@ class Runtime:
             self.next_offset[key] = max(self.next_offset.get(key, 0), r.offset + 1)
         self.batches += 1
         self.metrics.observe_batch(outcome, time.time() * 1000.0)
+
+
+def _describe(exc: BaseException, raws: Sequence[Raw]) -> str:
+    """The error and where its batch starts on each partition: one line, no query text."""
+    first: dict[tuple[str, int], int] = {}
+    for r in raws:
+        key = (r.topic, r.partition)
+        first[key] = min(first.get(key, r.offset), r.offset)
+    where = ", ".join(f"{t}[{p}]@{o}" for (t, p), o in sorted(first.items()))
+    return f"{type(exc).__name__}: {exc}; {len(raws)} records from {where}"
 
 
 def freeze_startup_heap() -> float:
@@ -231,6 +286,9 @@ def create_app(
         processing_guarantee="at_least_once",
         # The embedded broker has no idempotent producer; aiokafka's default is off too.
         producer_acks=-1,
+        # faust's default is 20 minutes of retries; a batch that cannot be delivered in
+        # kafka.produce_timeout_s halts the worker instead (see Runtime.halt).
+        producer_request_timeout=k.produce_timeout_s,
         broker_session_timeout=k.session_timeout_s,
         broker_heartbeat_interval=max(k.session_timeout_s / 5.0, 0.5),
         broker_rebalance_timeout=max(k.session_timeout_s * 2, 10.0),
@@ -285,6 +343,16 @@ def create_app(
         ),
     )
 
+    halting: list[asyncio.Future[None]] = []
+
+    def stop_after_halt(reason: str) -> None:
+        # The held records are never acked, so stopping must not wait for them (faust
+        # would, for ever); then crash the app, which makes the worker exit non-zero.
+        app.conf.stream_wait_empty = False
+        halting.append(asyncio.ensure_future(app.crash(StreamHalted(reason))))
+
+    rt.on_halt = stop_after_halt
+
     async def score(stream: Any) -> None:
         await rt.warm_up()
         await rt.wait_models()
@@ -297,11 +365,14 @@ def create_app(
             async for event in stream.events():
                 event.message.incref()  # hold: the stream's own ack must not be the final one
                 await batcher.put(event)
+        except StreamHalted:
+            return  # the app is stopping (see stop_after_halt); restarting here would not help
         finally:
-            # Stopping (SIGTERM, or a failure): finish and publish the batch being scored;
+            # Stopping (SIGTERM, or a halt): finish and publish the batch being scored;
             # queued events keep their hold, stay uncommitted and are delivered again.
             await batcher.close()
-            await rt.drain()
+            with contextlib.suppress(StreamHalted):
+                await rt.drain()
 
     app.agent(queries, name="sidecar.score", concurrency=1)(score)
     app.service(cast(Any, _watcher_service(rt, close_store=owns_store)))

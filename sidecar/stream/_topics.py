@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterable
+from typing import Any
 
 from sidecar.errors import BrokerError
 from sidecar.settings import Settings
@@ -58,6 +59,23 @@ def client_kwargs(settings: Settings) -> dict[str, object]:
     return kw
 
 
+def refused_topics(response: Any) -> dict[str, str]:
+    """Topic -> reason for every topic a CreateTopics response did not create.
+
+    An existing topic counts as created (another replica, or an earlier run, was first).
+    """
+    from aiokafka.errors import TopicAlreadyExistsError, for_code
+
+    refused: dict[str, str] = {}
+    for entry in getattr(response, "topic_errors", None) or []:
+        topic, code = entry[0], int(entry[1])
+        if code in (0, TopicAlreadyExistsError.errno):
+            continue
+        message = entry[2] if len(entry) > 2 and entry[2] else None
+        refused[str(topic)] = message or for_code(code).__name__
+    return refused
+
+
 async def ensure_topics(settings: Settings, names: Iterable[str] | None = None) -> list[str]:
     """Create missing topics with ``kafka.partitions`` partitions; returns those created.
 
@@ -78,9 +96,17 @@ async def ensure_topics(settings: Settings, names: Iterable[str] | None = None) 
         missing = [n for n in wanted if n not in existing]
         if missing:
             with contextlib.suppress(TopicAlreadyExistsError):  # another replica was first
-                await admin.create_topics(
+                response = await admin.create_topics(
                     [NewTopic(n, k.partitions, k.replication_factor) for n in missing]
                 )
+                # The admin client does not raise for a refused topic: the refusal is a
+                # per-topic error code in the response (policy, replication factor, ACL).
+                refused = refused_topics(response)
+                if refused:
+                    raise BrokerError(
+                        f"the broker at {k.brokers} refused to create "
+                        + "; ".join(f"{n!r} ({why})" for n, why in sorted(refused.items()))
+                    )
             log.info("created topics %s with %s partitions", missing, k.partitions)
         return missing
     except KafkaError as exc:

@@ -53,10 +53,10 @@ def make_settings(
 
     tag = uuid.uuid4().hex[:8]
 
-    async def make(**kafka: Any) -> Settings:
+    async def make(*, on: EmbeddedBroker | None = None, **kafka: Any) -> Settings:
         s = load_settings(
             kafka={
-                "brokers": broker.url,
+                "brokers": (on or broker).url,
                 "app_id": f"it-{tag}",
                 "queries_topic": f"q-{tag}",
                 "verdicts_topic": f"v-{tag}",
@@ -373,3 +373,70 @@ async def test_sigterm_drains_commits_and_a_restart_loses_nothing(
 
 def ids_of_values(values: list[bytes]) -> list[str]:
     return [json.loads(v)["id"] for v in values]
+
+
+async def test_an_undeliverable_batch_halts_the_worker_and_a_restart_redelivers_it(
+    make_settings: Callable[..., Awaitable[Settings]], tmp_path: Path
+) -> None:
+    # A broker that stops answering mid-stream (SIGSTOP, on a broker of this test's own):
+    # the batch in flight cannot be delivered within kafka.produce_timeout_s. The worker
+    # must halt and exit non-zero without committing past it, and lose nothing.
+    import signal
+
+    with EmbeddedBroker() as own:
+        assert own.proc is not None
+        s = await make_settings(on=own, produce_timeout_s=3.0)
+        k = s.kafka
+        values, keys, expected = queries(400, "h")
+        a = worker(s, tmp_path, "a")
+        try:
+            a.start()
+            await asyncio.to_thread(a.wait_ready, WAIT_S)
+            positions = await produce(own.bootstrap, k.queries_topic, values, keys)
+            await collect(
+                own.bootstrap, [k.verdicts_topic], lambda g: len(g[k.verdicts_topic]) >= 40
+            )
+            own.proc.send_signal(signal.SIGSTOP)
+            try:
+                halted = await asyncio.to_thread(_wait_for_log, a, "stream halted", WAIT_S)
+            finally:
+                own.proc.send_signal(signal.SIGCONT)
+            code = await asyncio.to_thread(a.proc.wait, WAIT_S)  # type: ignore[union-attr]
+        finally:
+            a.kill()
+        assert halted, a.log_tail()
+        assert code != 0, a.log_tail()
+
+        by_a = set(ids_of(await read_to_end(own.bootstrap, k.verdicts_topic, k.partitions)))
+        committed = await committed_offsets(own.bootstrap, k.app_id, k.queries_topic, k.partitions)
+        pos = dict(zip(ids_of_values(values), positions, strict=True))
+        below = {i for i, (p, o) in pos.items() if o < committed[p]}
+        assert below <= by_a, "committed records without a verdict"
+        assert len(by_a) < len(expected)  # the halt came mid-stream
+
+        b = worker(s, tmp_path, "b")
+        try:
+            b.start()
+            await asyncio.to_thread(b.wait_ready, WAIT_S)
+            got = await collect(
+                own.bootstrap,
+                [k.verdicts_topic],
+                lambda g: set(expected) <= set(ids_of(g[k.verdicts_topic])),
+            )
+        finally:
+            b.terminate()
+    assert set(expected) - set(ids_of(got[k.verdicts_topic])) == set(), "queries lost"
+
+
+def _wait_for_log(w: WorkerProcess, needle: str, timeout_s: float) -> bool:
+    """Poll the worker's log for ``needle`` (the worker writes it; nothing else signals)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if needle in w.log_tail(400):
+            return True
+        if w.proc is not None and w.proc.poll() is not None:
+            return needle in w.log_tail(400)
+        time.sleep(0.2)
+    return False

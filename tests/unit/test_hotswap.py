@@ -10,7 +10,14 @@ import numpy as np
 import pytest
 
 import sidecar.hotswap as hotswap
-from model_store import Artifact, ArtifactNotFound, StoreEvent, StoreUnavailable, build_artifact
+from model_store import (
+    Artifact,
+    ArtifactNotFound,
+    ModelStoreError,
+    StoreEvent,
+    StoreUnavailable,
+    build_artifact,
+)
 from sidecar.errors import EncoderMismatch
 from sidecar.hotswap import LoadedModel, ModelHolder, ModelWatcher
 
@@ -22,6 +29,7 @@ class FakeModel:
         self.version = artifact.version
         self.encoder = artifact.encoder
         self.fail = bool(artifact.model.get("fail"))
+        self.threshold = float(artifact.model.get("threshold", 0.0))
 
     def score(self, E: np.ndarray) -> np.ndarray:
         if self.fail:
@@ -50,12 +58,15 @@ class FakeStore:
         self.pointer: dict[str, str] = {}
         self.log: list[StoreEvent] = []
         self.down = False
+        self.refusing: Exception | None = None  # raised by every call while set
         self.gets = 0
         self._new = asyncio.Event()
 
     def _check(self) -> None:
         if self.down:
             raise StoreUnavailable("fake store is down")
+        if self.refusing is not None:
+            raise self.refusing
 
     def promote(self, art: Artifact) -> None:
         self.artifacts[art.version] = art
@@ -195,6 +206,38 @@ async def test_watcher_survives_a_store_outage_at_start() -> None:
         assert holder.status()["kb"]["store_reachable"] is False
         store.down = False
         await holder.wait_for(lambda h: h.ready() and h.store_error is None, 5)
+    finally:
+        await w.stop()
+
+
+async def test_watcher_keeps_trying_after_another_store_error_at_start() -> None:
+    # Not "unreachable" but a refused command (e.g. Redis NOPERM): the loops must still
+    # start, or no model would ever load.
+    store, holder = FakeStore(), ModelHolder(["kb"])
+    store.promote(artifact(1))
+    store.refusing = ModelStoreError("NOPERM this user has no permissions")
+    w = watcher(store, holder)
+    await w.start()  # does not raise
+    try:
+        assert not holder.ready()
+        store.refusing = None
+        await holder.wait_for(lambda h: h.ready(), 5)
+    finally:
+        await w.stop()
+
+
+async def test_watcher_refuses_a_model_whose_threshold_is_not_finite() -> None:
+    # score > NaN is never true: such a model would let every query through as ID.
+    store, holder = FakeStore(), ModelHolder(["kb"])
+    good = artifact(1)
+    store.promote(good)
+    w = watcher(store, holder)
+    await w.start()
+    try:
+        store.promote(artifact(2, threshold="nan"))
+        await holder.wait_for(lambda h: h.status()["kb"]["load_failures"] == 1, 5)
+        assert holder.get("kb").version == good.version  # type: ignore[union-attr]
+        assert "not finite" in holder.status()["kb"]["last_error"]
     finally:
         await w.stop()
 

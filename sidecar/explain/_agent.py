@@ -12,15 +12,15 @@ Result (``kafka.explanations_topic``, keyed by ``request_id``)::
      "rules": {"retention": [[id, ...], ...], "omission": [...]},
      "answer_all_sources", "answer_no_sources", "stats": {...}, "ts"}
 
-Bad requests go to ``kafka.dlq_topic`` in the scoring path's dead-letter shape
-``{"reason", "detail", "payload", "payload_encoding", "topic", "partition", "offset",
-"model_version", "ts"}`` with one of the reason codes below. Requests are handled one at a
-time per worker; each one's black-box calls run concurrently up to ``explain.concurrency``.
+Bad requests go to ``kafka.dlq_topic`` as the scoring path's dead letters (the same
+record, payload cap and JSON writer) with one of the reason codes below. Requests are
+handled one at a time per worker; each one's black-box calls run concurrently up to
+``explain.concurrency``, and the next request is taken only once the broker acknowledged
+the previous result or dead letter, so a committed offset always has its answer.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import time
@@ -34,6 +34,7 @@ from sidecar.explain._lattice import RULE_TYPES, RuleType
 from sidecar.explain._predicates import Predicate, parse_predicate
 from sidecar.explain._prompt import Source, sources_from_records
 from sidecar.settings import Settings
+from sidecar.stream._records import MAX_ID_CHARS, DeadLetter, Raw, dumps, utf8_encodable
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,11 @@ def parse_request(value: bytes | None, settings: Settings) -> ExplainRequest:
     rid, query, spec = doc.get("request_id"), doc.get("query"), doc.get("predicate")
     if not isinstance(rid, str) or not rid:
         raise _Rejected(BAD_REQUEST, "'request_id' must be a non-empty string")
+    # The id is the result's key: it must encode, and stay small.
+    if len(rid) > MAX_ID_CHARS or not utf8_encodable(rid):
+        raise _Rejected(
+            BAD_REQUEST, f"'request_id' must be valid UTF-8 of at most {MAX_ID_CHARS} characters"
+        )
     if not isinstance(query, str) or not query.strip():
         raise _Rejected(BAD_REQUEST, "'query' must be a non-empty string")
     if not isinstance(spec, str):
@@ -112,35 +118,12 @@ def parse_request(value: bytes | None, settings: Settings) -> ExplainRequest:
     return ExplainRequest(rid, query, sources, spec, tuple(rules), miner, votes)
 
 
-def _payload(value: bytes | None) -> tuple[str | None, str]:
-    if value is None:
-        return None, "none"
-    try:
-        return value.decode("utf-8"), "utf-8"
-    except UnicodeDecodeError:
-        return base64.b64encode(value).decode("ascii"), "base64"
-
-
 def dead_letter(
     value: bytes | None, topic: str, partition: int, offset: int, reason: str, detail: str
 ) -> dict[str, Any]:
-    """The dead-letter record of a request, in the scoring path's shape."""
-    payload, encoding = _payload(value)
-    return {
-        "reason": reason,
-        "detail": detail,
-        "payload": payload,
-        "payload_encoding": encoding,
-        "topic": topic,
-        "partition": partition,
-        "offset": offset,
-        "model_version": None,
-        "ts": int(time.time() * 1000),
-    }
-
-
-def _dumps(doc: dict[str, Any]) -> bytes:
-    return json.dumps(doc, separators=(",", ":"), default=str).encode("utf-8")
+    """The dead-letter record of a request: the scoring path's, payload capped alike."""
+    raw = Raw(value=value, topic=topic, partition=partition, offset=offset, timestamp_ms=None)
+    return DeadLetter(raw, reason, detail).to_record(now_ms=time.time() * 1000.0)
 
 
 class ExplainHandler:
@@ -190,9 +173,9 @@ class ExplainHandler:
                 "explain request at %s[%s]@%s rejected: %s", topic, partition, offset, rej.reason
             )
             record = dead_letter(value, topic, partition, offset, rej.reason, rej.detail)
-            return k.dlq_topic, None, _dumps(record)
+            return k.dlq_topic, None, dumps(record)
         doc = {"request_id": req.request_id, **result.to_dict(), "ts": int(time.time() * 1000)}
-        return k.explanations_topic, req.request_id.encode("utf-8"), _dumps(doc)
+        return k.explanations_topic, req.request_id.encode("utf-8"), dumps(doc)
 
 
 def register_explain_agent(
@@ -226,6 +209,8 @@ def register_explain_agent(
             topic, key, value = await handler.handle(
                 event.value, msg.topic, msg.partition, msg.offset
             )
-            await out[topic].send(key=key, value=value)
+            # Delivered before the next event is taken (which acks this one): faust's
+            # send only queues the record.
+            await (await out[topic].send(key=key, value=value))
 
     return app.agent(requests, name="sidecar.explain", concurrency=1)(explain_requests)

@@ -151,14 +151,14 @@ def parse_query(raw: Raw, policy: InputPolicy) -> Query | Rejected:
         return reject(MISSING_ID, "'id' must be a non-empty string")
     if len(qid) > policy.max_id_chars:
         return reject(ID_TOO_LONG, f"'id' has {len(qid)} chars, limit {policy.max_id_chars}")
-    if not _utf8_encodable(qid):
+    if not utf8_encodable(qid):
         return reject(BAD_FIELD, "'id' is not valid UTF-8 (it holds a lone surrogate)")
     kb = doc.get("kb", policy.default_kb)
     if kb is None:
         kb = policy.default_kb
     if not isinstance(kb, str):
         return reject(BAD_FIELD, "'kb' must be a string")
-    if not _utf8_encodable(kb):
+    if not utf8_encodable(kb):
         return reject(BAD_FIELD, "'kb' is not valid UTF-8 (it holds a lone surrogate)")
     if "text" not in doc:
         return reject(MISSING_TEXT, "no 'text' field", kb)
@@ -167,7 +167,7 @@ def parse_query(raw: Raw, policy: InputPolicy) -> Query | Rejected:
         return reject(BAD_TEXT_TYPE, f"'text' is {type(text).__name__}, expected a string", kb)
     if not text.strip():
         return reject(EMPTY_TEXT, "'text' is empty", kb)
-    if not _utf8_encodable(text):
+    if not utf8_encodable(text):
         # The tokenizer would fail on it and take the whole encoder batch into a retry.
         return reject(BAD_FIELD, "'text' is not valid UTF-8 (it holds a lone surrogate)", kb)
     ts = doc.get("ts")
@@ -188,7 +188,8 @@ def parse_query(raw: Raw, policy: InputPolicy) -> Query | Rejected:
     return Query(raw=raw, id=qid, text=text, kb=kb, ts=ts, meta=meta, truncated=truncated)
 
 
-def _utf8_encodable(s: str) -> bool:
+def utf8_encodable(s: str) -> bool:
+    """Whether ``s`` can be written as UTF-8 (no lone surrogates)."""
     # JSON's \ud800 escapes decode to lone surrogates, which no UTF-8 encoder accepts: the
     # key of a verdict, or the tokenizer, would fail on them later, outside this parser.
     if s.isascii():

@@ -242,10 +242,26 @@ def test_request_validation_reason_codes() -> None:
         assert info.value.reason == reason, value
     rec = dead_letter(b"\xff", "t", 2, 9, INVALID_JSON, "x")
     assert set(rec) == {
-        "reason", "detail", "payload", "payload_encoding", "topic", "partition", "offset",
-        "model_version", "ts",
+        "reason", "detail", "payload", "payload_encoding", "payload_size", "payload_truncated",
+        "topic", "partition", "offset", "model_version", "ts",
     }  # fmt: skip
     assert rec["payload_encoding"] == "base64" and rec["offset"] == 9
+
+
+def test_request_ids_must_be_keys_and_dead_letters_stay_small() -> None:
+    from sidecar.stream._records import MAX_DLQ_PAYLOAD_BYTES, dumps
+
+    settings = load_settings()
+    for rid in ("\ud800", "r" * 257):  # a lone surrogate cannot be a key; nor can 257 chars
+        value = json.dumps({"request_id": rid, "query": "q", "sources": [], "predicate": "x"})
+        with pytest.raises(_Rejected, match="request_id") as info:
+            parse_request(value.encode(), settings)
+        assert info.value.reason == BAD_REQUEST
+    big = json.dumps({"request_id": "r", "query": "ж" * 400_000}).encode()  # 800 KB of UTF-8
+    rec = dead_letter(big, "t", 0, 1, BAD_REQUEST, "d" * 10_000)
+    assert rec["payload_truncated"] and rec["payload_size"] == len(big)
+    assert len(rec["payload"].encode()) <= MAX_DLQ_PAYLOAD_BYTES
+    assert len(dumps(rec)) < 100_000 and len(rec["detail"]) < 1100  # cut, with a note
 
 
 def test_local_model_absence_is_a_clear_error() -> None:

@@ -40,6 +40,7 @@ from model_store._store import (
     HISTORY_MAX,
     StoreEvent,
     VersionInfo,
+    check_chunk_lengths,
     check_kb,
     check_version,
     previous_in,
@@ -164,6 +165,9 @@ class RedisStore:
             )
             n = stored_chunks(kb, version, manifest, meta)
             pipe = self.client.pipeline(transaction=False)
+            for i in range(n):
+                pipe.strlen(k.chunk(kb, version, i))
+            check_chunk_lengths(kb, version, pipe.execute(), meta)
             for i in range(n):
                 pipe.get(k.chunk(kb, version, i))
             parts = pipe.execute()

@@ -27,6 +27,7 @@ from model_store._redis_common import (
 )
 from model_store._store import (
     StoreEvent,
+    check_chunk_lengths,
     check_kb,
     check_version,
     previous_in,
@@ -84,8 +85,12 @@ class AsyncRedisStore:
             manifest = verify_manifest(
                 manifest_bytes, hmac_key=self.hmac_key, expected_encoder=expected_encoder
             )
+            n = stored_chunks(kb, version, manifest, meta)
             pipe = self.client.pipeline(transaction=False)
-            for i in range(stored_chunks(kb, version, manifest, meta)):
+            for i in range(n):
+                pipe.strlen(k.chunk(kb, version, i))
+            check_chunk_lengths(kb, version, await pipe.execute(), meta)
+            for i in range(n):
                 pipe.get(k.chunk(kb, version, i))
             parts = await pipe.execute()
         if any(p is None for p in parts):

@@ -84,6 +84,22 @@ def stored_chunks(
     return chunks
 
 
+def check_chunk_lengths(
+    kb: str, version: str, lengths: Sequence[int], meta: Mapping[str, Any]
+) -> None:
+    """Refuse chunks whose stored lengths (STRLEN, before any GET) do not add up to the
+    recorded size, which :func:`stored_chunks` has bounded by the manifest: a chunk
+    rewritten to gigabytes would otherwise be fetched into every reader's memory."""
+    where = f"version {version} of KB {kb!r}"
+    size = _meta_int(meta, "size", where)
+    if any(int(n) == 0 for n in lengths):
+        raise ArtifactCorrupt(f"{where} is missing chunks")
+    if sum(int(n) for n in lengths) != size:
+        raise ArtifactCorrupt(
+            f"{where}: its chunks hold {sum(int(n) for n in lengths)} bytes, {size} are recorded"
+        )
+
+
 def stored_info(
     kb: str, version: str, manifest_bytes: bytes, meta: Mapping[str, Any]
 ) -> VersionInfo:

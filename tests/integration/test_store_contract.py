@@ -424,6 +424,29 @@ async def test_redis_chunk_count_must_fit_the_recorded_size(
         store.close()
 
 
+async def test_redis_chunks_longer_than_recorded_are_not_fetched(
+    redis_server: EmbeddedRedis,
+) -> None:
+    # Someone who can write Redis rewrites a chunk to many times its size: the readers
+    # compare stored lengths (STRLEN) with the recorded size before any GET.
+    store = RedisStore(redis_server.url, prefix="t")
+    reader = AsyncRedisStore(redis_server.url, prefix="t")
+    try:
+        version = store.put(make_artifact(1))
+        chunk = store.keys.chunk(KB, version, 0)
+        store.client.append(chunk, b"\0" * 4_000_000)
+        with pytest.raises(ArtifactCorrupt, match=r"chunks hold \d+ bytes"):
+            store.get(KB, version)
+        with pytest.raises(ArtifactCorrupt, match=r"chunks hold \d+ bytes"):
+            await reader.get(KB, version)
+        store.client.delete(chunk)
+        with pytest.raises(ArtifactCorrupt, match="missing chunks"):
+            await reader.get(KB, version)
+    finally:
+        await reader.close()
+        store.close()
+
+
 async def test_async_redis_previous_skips_duplicates(redis_server: EmbeddedRedis) -> None:
     store = RedisStore(redis_server.url, prefix="t")
     reader = AsyncRedisStore(redis_server.url, prefix="t")

@@ -250,6 +250,7 @@ def load_settings(**overrides: Any) -> Settings:
     """
     secrets_dir = Path(os.environ.get("SIDECAR_SECRETS_DIR", str(DEFAULT_SECRETS_DIR)))
     secrets = _read_secret_files(secrets_dir)
+    _refuse_unknown_sections(secrets)
     problem: str | None = None
     try:
         env_only = Settings()
@@ -270,6 +271,26 @@ def load_settings(**overrides: Any) -> Settings:
     # Raised here, not inside the except blocks, so that no traceback carries the original
     # error: pydantic's includes the offending value, which may be a password.
     raise ConfigError(f"invalid settings: {problem}")
+
+
+def _refuse_unknown_sections(secrets: dict[str, dict[str, str]]) -> None:
+    """A variable ``SIDECAR_<SECTION>__<FIELD>`` or a secret file ``<section>__<field>`` for
+    a section that does not exist is a typo (``SIDECAR_REDSI__PASSWORD``) that would
+    otherwise be ignored without a word. Variables without ``__`` are left alone:
+    Kubernetes defines ``SIDECAR_SERVICE_HOST`` and the like for a Service named sidecar.
+    """
+    known = set(Settings.model_fields)
+    unknown = sorted(
+        name
+        for name in os.environ
+        if name.startswith("SIDECAR_")
+        and "__" in name
+        and name[len("SIDECAR_") :].split("__", 1)[0].lower() not in known
+    )
+    unknown += sorted(f"secret file {section}__..." for section in secrets if section not in known)
+    if unknown:
+        where, sections = ", ".join(unknown), ", ".join(sorted(known))
+        raise ConfigError(f"unknown settings section in {where}; sections: {sections}")
 
 
 def _describe_error(err: Any) -> str:

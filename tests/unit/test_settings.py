@@ -52,6 +52,27 @@ def test_misspelled_env_var_names_the_field_not_the_value(
     _assert_hidden(exc, SECRET)
 
 
+def test_a_misspelled_section_is_refused_not_ignored(
+    secrets_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SIDECAR_REDSI__PASSWORD", SECRET)
+    exc = _config_error()
+    assert "SIDECAR_REDSI__PASSWORD" in str(exc) and "redis" in str(exc)
+    _assert_hidden(exc, SECRET)
+    monkeypatch.delenv("SIDECAR_REDSI__PASSWORD")
+    (secrets_dir / "stroe__hmac_key").write_text(SECRET)
+    exc = _config_error()
+    assert "stroe__" in str(exc)
+    _assert_hidden(exc, SECRET)
+
+
+def test_service_variables_of_kubernetes_are_not_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A Service named "sidecar" puts these into every pod of its namespace.
+    monkeypatch.setenv("SIDECAR_SERVICE_HOST", "10.0.0.7")
+    monkeypatch.setenv("SIDECAR_PORT_8080_TCP_ADDR", "10.0.0.7")
+    assert load_settings().web.port > 0
+
+
 def test_misspelled_secret_file_names_the_field_not_the_value(secrets_dir: Path) -> None:
     (secrets_dir / "redis__passwd").write_text(SECRET + "\n")
     exc = _config_error()

@@ -354,21 +354,28 @@ async def test_sigterm_drains_commits_and_a_restart_loses_nothing(
     assert below <= set(by_a)
     assert 40 <= len(set(by_a)) < len(expected)
 
+    seen = Counter(await restart_until_all_scored(s, tmp_path, broker.bootstrap, set(expected)))
+    assert set(expected) - set(seen) == set(), "queries lost across the restart"
+    # The restart did not redo what a had committed.
+    assert all(seen[i] == 1 for i in below)
+
+
+async def restart_until_all_scored(
+    s: Settings, tmp_path: Path, bootstrap: str, expected: set[str]
+) -> list[str]:
+    """Start a worker "b" in the same group and read verdicts until ``expected`` all have
+    one (or the wait runs out); returns the ids of every verdict on the topic."""
+    k = s.kafka
     b = worker(s, tmp_path, "b")
     try:
         b.start()
         await asyncio.to_thread(b.wait_ready, WAIT_S)
         got = await collect(
-            broker.bootstrap,
-            [k.verdicts_topic],
-            lambda g: set(expected) <= set(ids_of(g[k.verdicts_topic])),
+            bootstrap, [k.verdicts_topic], lambda g: expected <= set(ids_of(g[k.verdicts_topic]))
         )
     finally:
         b.terminate()
-    seen = Counter(ids_of(got[k.verdicts_topic]))
-    assert set(expected) - set(seen) == set(), "queries lost across the restart"
-    # The restart did not redo what a had committed.
-    assert all(seen[i] == 1 for i in below)
+    return ids_of(got[k.verdicts_topic])
 
 
 def ids_of_values(values: list[bytes]) -> list[str]:
@@ -414,18 +421,8 @@ async def test_an_undeliverable_batch_halts_the_worker_and_a_restart_redelivers_
         assert below <= by_a, "committed records without a verdict"
         assert len(by_a) < len(expected)  # the halt came mid-stream
 
-        b = worker(s, tmp_path, "b")
-        try:
-            b.start()
-            await asyncio.to_thread(b.wait_ready, WAIT_S)
-            got = await collect(
-                own.bootstrap,
-                [k.verdicts_topic],
-                lambda g: set(expected) <= set(ids_of(g[k.verdicts_topic])),
-            )
-        finally:
-            b.terminate()
-    assert set(expected) - set(ids_of(got[k.verdicts_topic])) == set(), "queries lost"
+        seen = await restart_until_all_scored(s, tmp_path, own.bootstrap, set(expected))
+    assert set(expected) - set(seen) == set(), "queries lost"
 
 
 def _wait_for_log(w: WorkerProcess, needle: str, timeout_s: float) -> bool:

@@ -60,7 +60,7 @@ class KafkaSettings(_Section):
         "(the embedded one) adds up to this much latency",
     )
     produce_timeout_s: float = Field(
-        120.0,
+        30.0,
         gt=0,
         description="how long the producer keeps retrying a verdict or dead letter; past "
         "it the worker halts and exits non-zero, and the batch is delivered again after "
@@ -194,7 +194,9 @@ class ExplainSettings(_Section):
 
 
 class LogSettings(_Section):
-    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    """Logging of every ``sidecar`` command; ``--log-level`` / ``--log-json`` override."""
+
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "WARNING"
     json_lines: bool = False
 
 

@@ -106,15 +106,18 @@ class _JsonFormatter(logging.Formatter):
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--log-level",
-    default="WARNING",
-    show_default=True,
+    default=None,
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
-    help="Log verbosity.",
+    help="Log verbosity  [default: log.level, WARNING].",
 )
-@click.option("--log-json", is_flag=True, help="Log as JSON lines (for cluster log shippers).")
+@click.option(
+    "--log-json/--no-log-json",
+    default=None,
+    help="Log as JSON lines (for cluster log shippers)  [default: log.json_lines, off].",
+)
 @click.option("--debug", is_flag=True, help="Show full tracebacks instead of one-line errors.")
 @click.pass_context
-def main(ctx: click.Context, log_level: str, log_json: bool, debug: bool) -> None:
+def main(ctx: click.Context, log_level: str | None, log_json: bool | None, debug: bool) -> None:
     """OOD moderation sidecar for RAG services.
 
     Scores each chat query against the knowledge base (KB) it is meant for and emits an
@@ -124,6 +127,18 @@ def main(ctx: click.Context, log_level: str, log_json: bool, debug: bool) -> Non
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
+    if log_level is None or log_json is None:
+        # SIDECAR_LOG__LEVEL / __JSON_LINES; bad settings are the subcommand's to report
+        # (in one line), so logging falls back to the defaults here.
+        from sidecar.errors import ConfigError
+        from sidecar.settings import LogSettings, load_settings
+
+        try:
+            log = load_settings().log
+        except ConfigError:
+            log = LogSettings()
+        log_level = log_level or log.level
+        log_json = log.json_lines if log_json is None else log_json
     configure_logging(log_level, log_json)
 
 

@@ -98,6 +98,15 @@ def test_retraining_needs_exactly_one_kb_source(render_raw: Any) -> None:
         render_raw({"retraining": {"enabled": True, "kbSource": both}})
 
 
+def test_settings_the_worker_would_refuse_fail_the_render(render_raw: Any) -> None:
+    # Caught at install time instead of as a crash-looping pod.
+    helm_python = pytest.importorskip("helm_python")
+    with pytest.raises(helm_python.HelmError, match="defaultKb"):
+        render_raw({"scoring": {"kbs": ["hr", "it"], "defaultKb": "default"}})
+    with pytest.raises(helm_python.HelmError, match="produceTimeoutS"):
+        render_raw({"terminationGracePeriodSeconds": 30, "kafka": {"produceTimeoutS": 45}})
+
+
 def test_service_monitor_scrapes_the_metrics_endpoint(render: Any) -> None:
     docs = render(ALL_ON)
     monitor = docs[("ServiceMonitor", FULLNAME)]

@@ -112,3 +112,33 @@ def test_worker_reports_a_bad_setting_in_one_line(env: dict[str, str | None]) ->
     assert SECRET not in proc.stdout + proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: invalid settings: redis.passwd")
+
+
+def test_log_settings_configure_every_command_unless_an_option_overrides(
+    tmp_path: Path, env: dict[str, str | None]
+) -> None:
+    # A child process, so that the test's own logging configuration is left alone.
+    def run(*args: str, **extra: str) -> str:
+        code = (
+            "import logging, sys\n"
+            "from sidecar.cli import main\n"
+            "try:\n"
+            "    main(sys.argv[1:])\n"
+            "except SystemExit:\n"
+            "    pass\n"
+            "print('LEVEL', logging.getLevelName(logging.getLogger().level))\n"
+        )
+        child = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
+        child.update({k: v for k, v in env.items() if v is not None}, **extra)
+        out = subprocess.run(
+            [sys.executable, "-c", code, *args, "models", "list", "--store-dir", str(tmp_path)],
+            env=child,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        return out.stdout.strip().splitlines()[-1]
+
+    assert run() == "LEVEL WARNING"
+    assert run(SIDECAR_LOG__LEVEL="DEBUG") == "LEVEL DEBUG"
+    assert run("--log-level", "ERROR", SIDECAR_LOG__LEVEL="DEBUG") == "LEVEL ERROR"

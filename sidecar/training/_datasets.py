@@ -12,6 +12,7 @@ import csv
 import json
 import logging
 import random
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,8 @@ from typing import Any
 from sidecar.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
+
+_WORDS = re.compile(r"\w+")
 
 STACKEXCHANGE_SITES = (
     "history",
@@ -38,11 +41,13 @@ SPLITS = ("dev", "test")
 class KBTask:
     """One KB of a benchmark.
 
-    ``id_eval`` / ``ood_eval`` are never used for fitting, search or calibration. When
-    ``cross_fit`` > 1 the benchmark has no separate training queries: the harness splits the
-    evaluation queries into that many seeded folds and scores each fold with a model trained
-    on the other folds (plus ``id_train`` / ``ood_train``), so no query is scored by a model
-    that saw it.
+    ``id_eval`` / ``ood_eval`` are never used for fitting, search or calibration, and no
+    training text equals an evaluation text (compared lower-cased, punctuation and spacing
+    ignored). When ``cross_fit`` > 1 the benchmark has no separate training queries: the
+    harness splits the evaluation queries into that many seeded folds, whole groups at a
+    time (``id_eval_groups``, plus near-duplicates), and scores each fold with a model
+    trained on the other folds (plus ``id_train`` / ``ood_train``), so no query is scored
+    by a model that saw it or a paraphrase of it.
     """
 
     name: str
@@ -52,6 +57,9 @@ class KBTask:
     id_eval: tuple[str, ...]
     ood_eval: tuple[str, ...]
     cross_fit: int = 0
+    # Cross-fitting keeps each group of evaluation queries in one fold (e.g. a question and
+    # its paraphrases), so that no query is scored by a model trained on its paraphrase.
+    id_eval_groups: tuple[int, ...] | None = None
 
 
 def _need(path: Path) -> Path:
@@ -86,6 +94,22 @@ def _read_csv_column(
         ]
 
 
+def _read_csv_rows(
+    path: Path, columns: Sequence[str], where: Callable[[dict[str, str]], bool] | None = None
+) -> list[tuple[str, ...]]:
+    """The stripped ``columns`` of every row (``where`` it holds), in file order."""
+    with _need(path).open(newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in columns if c not in (reader.fieldnames or ())]
+        if missing:
+            raise DataError(f"{path} has no column {missing} (columns: {reader.fieldnames})")
+        return [
+            tuple((row.get(c) or "").strip() for c in columns)
+            for row in reader
+            if where is None or where(row)
+        ]
+
+
 def _dedupe(texts: Sequence[str], exclude: set[str] | None = None) -> list[str]:
     seen = set(exclude or ())
     out = []
@@ -94,6 +118,17 @@ def _dedupe(texts: Sequence[str], exclude: set[str] | None = None) -> list[str]:
             seen.add(t)
             out.append(t)
     return out
+
+
+def norm_text(text: str) -> str:
+    """The comparison key of a text: lower-cased, punctuation and spacing ignored."""
+    return " ".join(_WORDS.findall(text.lower()))
+
+
+def _without(texts: Sequence[str], held_out: Sequence[str]) -> list[str]:
+    """``texts`` minus any that equals a held-out (evaluation) text after :func:`norm_text`."""
+    keys = {norm_text(t) for t in held_out}
+    return [t for t in texts if norm_text(t) not in keys]
 
 
 def _split_kb(texts: Sequence[str], kb_fraction: float, seed: int) -> tuple[list[str], list[str]]:
@@ -129,15 +164,18 @@ def load_clinc150(
                 f"{root / 'data_full.json'} has no {key!r} key (needed for --split {split})"
             )
     intent_domain = {intent: d for d, intents in domains.items() for intent in intents}
+    # Every evaluation utterance is ID for one KB and OOD for the others: none may train.
+    held_out = {norm_text(t) for t, _ in data[eval_key]} | {norm_text(t) for t, _ in data[oos_key]}
+    train = [(t, i) for t, i in data["train"] if norm_text(t) not in held_out]
     tasks = []
     for domain in domains:
-        in_train = [t for t, i in data["train"] if intent_domain.get(i) == domain]
-        other_train = [t for t, i in data["train"] if intent_domain.get(i) != domain]
+        in_train = [t for t, i in train if intent_domain.get(i) == domain]
+        other_train = [t for t, i in train if intent_domain.get(i) != domain]
         kb, id_train = _split_kb(in_train, kb_fraction, seed)
         id_eval = [t for t, i in data[eval_key] if intent_domain.get(i) == domain]
         ood_eval = [t for t, i in data[eval_key] if intent_domain.get(i) != domain]
         ood_eval += [t for t, _ in data[oos_key]]
-        ood_train = other_train + [t for t, _ in data["oos_train"]]
+        ood_train = other_train + [t for t, _ in data["oos_train"] if norm_text(t) not in held_out]
         tasks.append(
             KBTask(
                 domain,
@@ -182,8 +220,13 @@ def load_stackexchange(
     def site_file(part: str, site: str) -> Path:
         return root / part / f"{site}.stackexchange.com.txt"
 
-    train = {s: _cap(_read_lines(site_file("train", s)), max_train_per_kb, seed) for s in sites}
     evals = {s: _cap(_read_lines(site_file(split, s)), max_eval_per_kb, seed) for s in sites}
+    # A site's evaluation titles are ID for it and OOD for the others: none may train.
+    held_out = [t for titles in evals.values() for t in titles]
+    train = {
+        s: _cap(_without(_read_lines(site_file("train", s)), held_out), max_train_per_kb, seed)
+        for s in sites
+    }
     tasks = []
     for site in sites:
         kb, id_train = _split_kb(train[site], kb_fraction, seed)
@@ -215,14 +258,16 @@ def load_covid(data_dir: str | Path, split: str = "dev", *, folds: int = 5) -> l
     root = Path(data_dir)
     faq = root / "covid" / "deepset_faq_covidbert.csv"
     kb = _dedupe(_read_csv_column(faq, "answer"))
-    dev_id = _dedupe(
-        _read_csv_column(faq, "question")
-        + _read_csv_column(
-            root / "covid" / "deepset_eval_question_similarity_en.csv",
-            "question_2",
-            where=lambda r: r.get("similar", "").strip() == "1",
-        )
-    )
+    similar = root / "covid" / "deepset_eval_question_similarity_en.csv"
+    pairs = _read_csv_rows(similar, ("question_1", "question_2"), where=_is_similar)
+    paraphrased = [q2 for _, q2 in pairs if q2]
+    dev_id = _dedupe(_read_csv_column(faq, "question") + paraphrased)
+    # One group per FAQ question and its paraphrases (a paraphrase joins the group of the
+    # question it rephrases), so cross-fitting never splits them over folds.
+    group = {norm_text(q): g for g, q in enumerate(dev_id)}
+    for q1, q2 in pairs:
+        if q2 and norm_text(q1) in group:
+            group[norm_text(q2)] = group[norm_text(q1)]
     clinc = _read_json(_need(root / "clinc150" / "data_full.json"))
     dev_ood = _dedupe(
         [t for t, _ in clinc["oos_val"]]
@@ -235,10 +280,11 @@ def load_covid(data_dir: str | Path, split: str = "dev", *, folds: int = 5) -> l
                 "covid",
                 tuple(kb),
                 (),
-                tuple(_dedupe(oos_train, set(dev_ood))),
+                tuple(_dedupe(_without(oos_train, dev_ood))),
                 tuple(dev_id),
                 tuple(dev_ood),
                 cross_fit=folds,
+                id_eval_groups=tuple(group[norm_text(q)] for q in dev_id),
             )
         ]
     covidq = root / "covid" / "covidq_final_master_dataset.csv"
@@ -250,16 +296,21 @@ def load_covid(data_dir: str | Path, split: str = "dev", *, folds: int = 5) -> l
         raise DataError(f"missing for --split test: {'; '.join(missing)}")
     test_id = _read_csv_column(covidq, "Question")
     test_ood = [t for t, _ in clinc["oos_test"]] + _read_csv_column(jailbreak, "question")
+    held_out = test_id + test_ood
     return [
         KBTask(
             "covid",
             tuple(kb),
-            tuple(dev_id),
-            tuple(_dedupe(oos_train + dev_ood)),
+            tuple(_without(dev_id, held_out)),
+            tuple(_dedupe(_without(oos_train + dev_ood, held_out))),
             tuple(_dedupe(test_id)),
             tuple(_dedupe(test_ood)),
         )
     ]
+
+
+def _is_similar(row: dict[str, str]) -> bool:
+    return row.get("similar", "").strip() == "1"
 
 
 BENCHMARKS: dict[str, Callable[..., list[KBTask]]] = {

@@ -127,6 +127,35 @@ def test_covid_dev_layout(tmp_path: Path) -> None:
     assert task.cross_fit > 1 and task.id_train == ()
 
 
+def test_covid_paraphrases_share_their_questions_group(tmp_path: Path) -> None:
+    _covid(tmp_path)
+    (task,) = load_covid(tmp_path, "dev")
+    assert task.id_eval_groups is not None
+    group = dict(zip(task.id_eval, task.id_eval_groups, strict=True))
+    assert group["What's covid?"] == group["What is covid?"]  # a similar == 1 pair
+    assert group["How does it spread?"] != group["What is covid?"]
+
+
+def test_no_training_text_is_an_evaluation_text(tmp_path: Path) -> None:
+    _clinc(tmp_path)
+    data = json.loads((tmp_path / "clinc150" / "data_full.json").read_text())
+    # the same utterances, spelt a little differently, in train and in val / oos_val
+    data["train"] += [["Bank V1!", "balance"], ["travel  v1", "book_flight"]]
+    data["oos_train"] += [["OOS v1.", "oos"]]
+    (tmp_path / "clinc150" / "data_full.json").write_text(json.dumps(data))
+    for t in load_clinc150(tmp_path, "dev"):
+        training = set(t.kb_texts) | set(t.id_train) | set(t.ood_train)
+        assert not training & {"Bank V1!", "travel  v1", "OOS v1."}
+    _stackexchange(tmp_path)
+    site = STACKEXCHANGE_SITES[0]
+    dev = tmp_path / "stackexchange_tweac" / "dev" / f"{site}.stackexchange.com.txt"
+    train = dev.parent.parent / "train" / f"{STACKEXCHANGE_SITES[1]}.stackexchange.com.txt"
+    leaked = dev.read_text().splitlines()[0].upper()
+    train.write_text(train.read_text() + leaked + "\n")
+    for t in load_stackexchange(tmp_path, "dev"):
+        assert leaked not in set(t.kb_texts) | set(t.id_train) | set(t.ood_train)
+
+
 def test_covid_test_split_names_missing_file(tmp_path: Path) -> None:
     _covid(tmp_path)
     data = json.loads((tmp_path / "clinc150" / "data_full.json").read_text())

@@ -4,6 +4,10 @@ Steps: read the KB and labelled queries (or precomputed embeddings), embed what 
 (cached), carve fit / validation / calibration splits (seeded), search the detector's
 hyperparameters on validation AUROC, refit and calibrate the conformal threshold, then
 build the artifact and the report. Wall time and peak memory are recorded.
+
+The shipped model is refitted on fit + validation, so it is never scored on the validation
+split: every ``val_*`` metric and every validation figure of the report comes from models
+fitted on the fit part only.
 """
 
 from __future__ import annotations
@@ -124,6 +128,10 @@ def peak_rss_mb() -> float:
 
 
 def _validation_metrics(model: OODModel, splits: TrainingSplits) -> dict[str, Any]:
+    """``model``'s metrics on the validation split, at its own threshold.
+
+    ``model`` must not have been fitted on the validation split (``SearchResult.val_model``).
+    """
     s_id = model.score(splits.id_val)
     out: dict[str, Any] = {"n_id_val": len(s_id)}
     if splits.ood_val is None:
@@ -179,7 +187,7 @@ def train(
     )
     step("search")
     t2 = time.perf_counter()
-    validation = _validation_metrics(res.model, splits)
+    validation = _validation_metrics(res.val_model, splits)
     stats = {
         "n_kb": len(inputs.kb),
         "n_id_queries": len(inputs.id_queries),
@@ -204,6 +212,17 @@ def build_report(
     extra_summary: dict[str, Any] | None = None,
 ) -> Path:
     """ROC of each detector and baseline, histograms, accuracy vs m, PC loadings."""
+    data = report_data(inputs, cfg, result, extra_summary)
+    return write_report(data, out_dir, m_metric="balanced-sample accuracy (validation)")
+
+
+def report_data(
+    inputs: TrainInputs,
+    cfg: TrainConfig,
+    result: TrainResult,
+    extra_summary: dict[str, Any] | None = None,
+) -> ReportData:
+    """What :func:`build_report` shows; every validation figure from fit-only models."""
     model = result.model
     splits = _splits(inputs, cfg)
     notes: list[str] = []
@@ -226,12 +245,13 @@ def build_report(
                     seed=cfg.seed,
                     target_frr=cfg.target_frr,
                     pca_method=cfg.pca_method,
+                    final=False,
                 )
             except (ConfigError, DataError) as exc:
                 notes.append(f"{det} not shown: {exc}")
                 continue
             roc[det] = (other.score(splits.id_val), other.score(splits.ood_val))
-        # The shipped model was refitted on fit + validation: show its search-time scores.
+        # The shipped model was refitted on fit + validation: show its fit-only scores.
         if result.search.val_scores is not None:
             roc[f"{model.detector_name} (shipped)"] = result.search.val_scores
         best = result.search.best
@@ -251,6 +271,7 @@ def build_report(
                         seed=cfg.seed,
                         target_frr=cfg.target_frr,
                         pca_method=cfg.pca_method,
+                        final=False,
                     )
                 except (ConfigError, DataError):
                     continue
@@ -269,10 +290,16 @@ def build_report(
         )
     else:
         notes.append("No OOD training queries: ROC curves and accuracy against m need them.")
+    notes.append(
+        "Validation figures (val_* metrics, ROC curves, histograms, accuracy against m) "
+        "come from models fitted without the validation split, each at its own threshold; "
+        "the shipped model is refitted on fit + validation."
+    )
+    val_model = result.search.val_model
     if result.search.val_scores is not None:
         s_id, s_ood = result.search.val_scores
     else:
-        s_id, s_ood = model.score(splits.id_val), np.zeros(0)
+        s_id, s_ood = val_model.score(splits.id_val), np.zeros(0)
     pcs = []
     if model.m and model.explained_variance_ratio is not None:
         ids = inputs.kb_ids or [str(i) for i in range(len(inputs.kb))]
@@ -303,16 +330,15 @@ def build_report(
         **result.stats,
         **(extra_summary or {}),
     }
-    data = ReportData(
+    return ReportData(
         f"OOD model for KB '{inputs.kb_name}'",
         summary,
         roc,
-        (model.detector_name, s_id, s_ood, model.threshold),
+        (model.detector_name, s_id, s_ood, val_model.threshold),
         curve,
         pcs,
         notes,
     )
-    return write_report(data, out_dir, m_metric="balanced-sample accuracy (validation)")
 
 
 def load_npy(path: str | Path, what: str) -> np.ndarray:

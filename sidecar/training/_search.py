@@ -7,8 +7,10 @@ the fit part, ranks them by validation AUROC (ties: fewer dimensions), refits th
 fit + validation and calibrates its threshold on the calibration queries: the conformal
 quantile for a target false-reject rate (``threshold_rule="frr"``, the default), or the
 threshold that maximises
-balanced accuracy on held-out ID and OOD calibration queries (``"balanced"``). Neither
-function accepts evaluation queries.
+balanced accuracy on held-out ID and OOD calibration queries (``"balanced"``). The refit
+has seen the validation split, so every figure reported as "validation" comes from the
+winner as fitted on the fit part only (``SearchResult.val_model``). Neither function
+accepts evaluation queries.
 """
 
 from __future__ import annotations
@@ -145,13 +147,19 @@ def balanced_threshold(id_scores: np.ndarray, ood_scores: np.ndarray) -> float:
 
 @dataclass
 class SearchResult:
-    """The refitted, calibrated winner and the whole validation table."""
+    """The refitted, calibrated winner and the whole validation table.
+
+    ``model`` is refitted on fit + validation (what ships); ``val_model`` is the same
+    candidate fitted on the fit part only and calibrated the same way, the model that
+    ``val_auroc`` and ``val_scores`` (out of sample) belong to.
+    """
 
     model: OODModel
     best: Candidate
     val_auroc: float | None
     table: list[dict[str, Any]]
-    val_scores: tuple[np.ndarray, np.ndarray] | None  # (ID, OOD) scores of the winner
+    val_scores: tuple[np.ndarray, np.ndarray] | None  # (ID, OOD) scores of val_model
+    val_model: OODModel
 
 
 def _fit(
@@ -287,6 +295,7 @@ def search(
     table: list[dict[str, Any]] = []
     best: tuple[float, int, int] | None = None
     best_cand: Candidate | None = None
+    best_model: OODModel | None = None
     best_scores = None
     can_rank = splits.has_ood and splits.ood_val is not None
     for i, cand in enumerate(cands):
@@ -316,13 +325,13 @@ def search(
             row["val_auroc"] = round(val, 6)
             key = (val, -model.dims, -i)
             if best is None or key > best:
-                best, best_cand, best_scores = key, cand, (s_id, s_ood)
+                best, best_cand, best_model, best_scores = key, cand, model, (s_id, s_ood)
         elif best_cand is None:
-            best_cand = cand
+            best_cand, best_model = cand, model
         table.append(row)
         if not can_rank:
             break
-    if best_cand is None:
+    if best_cand is None or best_model is None:
         raise ConfigError(f"no candidate of {detector!r} could be fitted: {table}")
     model = _fit(
         splits,
@@ -336,7 +345,9 @@ def search(
         pca_method=pca_method,
         threshold_rule=threshold_rule,
     )
-    return SearchResult(model, best_cand, None if best is None else best[0], table, best_scores)
+    val_model = best_model if threshold_rule == "frr" else _balanced(best_model, splits)
+    val_auroc = None if best is None else best[0]
+    return SearchResult(model, best_cand, val_auroc, table, best_scores, val_model)
 
 
 _FULL_SPACE = frozenset({"max_cosine", "knn", "mahalanobis"})
@@ -352,8 +363,13 @@ def fixed_fit(
     seed: int = 0,
     target_frr: float = DEFAULT_TARGET_FRR,
     pca_method: str = "auto",
+    final: bool = True,
 ) -> OODModel:
-    """Fit one candidate on fit + validation and calibrate it (no search)."""
+    """Fit one candidate and calibrate it (no search).
+
+    ``final=True`` fits on fit + validation (a model to use); ``final=False`` on the fit
+    part only, for figures scored on the validation split.
+    """
     return _fit(
         splits,
         cand,
@@ -362,6 +378,6 @@ def fixed_fit(
         criterion=criterion,
         seed=seed,
         target_frr=target_frr,
-        final=True,
+        final=final,
         pca_method=pca_method,
     )

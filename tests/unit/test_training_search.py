@@ -10,6 +10,7 @@ import pytest
 from sidecar.errors import ConfigError
 from sidecar.training import KBTask, carve_splits, evaluate_task, search
 from sidecar.training._grid import Candidate
+from sidecar.training._metrics import auroc
 
 DIM = 24
 
@@ -105,6 +106,13 @@ def test_search_picks_best_validation_candidate_and_calibrates() -> None:
     assert res.best == grid[int(np.argmax(aucs))]
     cal = res.model.score(s.id_cal)
     assert np.mean(cal > res.model.threshold) <= 0.1
+    # The shipped model is refitted on fit + validation; the validation figures belong to
+    # the winner fitted on the fit part only.
+    assert res.model.metrics["n_id_fit"] == len(s.id_fit) + len(s.id_val)
+    assert res.val_model.metrics["n_id_fit"] == len(s.id_fit)
+    assert res.val_scores is not None
+    np.testing.assert_array_equal(res.val_scores[0], res.val_model.score(s.id_val))
+    assert res.val_auroc == auroc(*res.val_scores)
 
 
 def test_supervised_detector_without_ood_is_refused() -> None:

@@ -1,0 +1,109 @@
+"""The training job: its validation figures come from models that never saw the validation split."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from sidecar.scoring import OODModel
+from sidecar.training._grid import Candidate, default_grid
+from sidecar.training._job import TrainConfig, TrainInputs, _splits, report_data, train
+from sidecar.training._metrics import auroc, balanced_accuracy, paper_accuracy
+from sidecar.training._search import fixed_fit
+
+DIM = 16
+
+
+def _inputs() -> TrainInputs:
+    """Unit vectors: KB and ID queries around one centre, OOD queries overlapping them."""
+    rng = np.random.default_rng(7)
+    centre = rng.normal(size=DIM)
+
+    def cloud(base: np.ndarray, n: int) -> np.ndarray:
+        v = base + rng.normal(size=(n, DIM)) * 0.6
+        return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+
+    away = centre + 0.5 * rng.normal(size=DIM)
+    return TrainInputs(
+        "t", {"name": "fake", "dim": DIM}, cloud(centre, 60), cloud(centre, 80), cloud(away, 80)
+    )
+
+
+def _fit(
+    inputs: TrainInputs, cfg: TrainConfig, cand: Candidate, criterion: str, *, final: bool
+) -> OODModel:
+    return fixed_fit(
+        _splits(inputs, cfg),
+        cand,
+        kb_name=inputs.kb_name,
+        encoder=inputs.encoder,
+        criterion=criterion,
+        seed=cfg.seed,
+        target_frr=cfg.target_frr,
+        final=final,
+    )
+
+
+def _scores(
+    model: OODModel, inputs: TrainInputs, cfg: TrainConfig
+) -> tuple[np.ndarray, np.ndarray]:
+    s = _splits(inputs, cfg)
+    return model.score(s.id_val), model.score(s.ood_val)
+
+
+def test_validation_metrics_come_from_the_fit_only_model() -> None:
+    inputs, cfg = _inputs(), TrainConfig(detector="epsilon_ball", m=4)
+    result = train(inputs, cfg)
+    best, crit = result.search.best, result.model.criterion
+    fit_only = _fit(inputs, cfg, best, crit, final=False)
+    refit = _fit(inputs, cfg, best, crit, final=True)
+    # The premise: the ball memorises its training points, so the refit scores 1.0 in sample.
+    assert auroc(*_scores(refit, inputs, cfg)) == 1.0
+    s_id, s_ood = _scores(fit_only, inputs, cfg)
+    val = result.validation
+    assert val["val_auroc"] == pytest.approx(auroc(s_id, s_ood))
+    assert val["val_auroc"] < 0.99
+    assert val["val_auroc"] == pytest.approx(result.search.val_auroc)
+    assert val["val_balanced_accuracy"] == pytest.approx(
+        balanced_accuracy(s_id, s_ood, fit_only.threshold)
+    )
+    assert result.model.metrics["val_auroc"] == val["val_auroc"]
+    # What ships is still the refit on fit + validation, with its own calibrated threshold.
+    assert result.model.threshold == refit.threshold
+    splits = _splits(inputs, cfg)
+    assert result.model.metrics["n_id_fit"] == len(splits.id_fit) + len(splits.id_val)
+
+
+def test_report_validation_figures_come_from_fit_only_models() -> None:
+    inputs, cfg = _inputs(), TrainConfig(detector="epsilon_ball", m=4)
+    result = train(inputs, cfg)
+    data = report_data(inputs, cfg, result)
+    crit = result.model.criterion
+    logreg = replace(default_grid("logreg")[0], m=4)
+    want = _scores(_fit(inputs, cfg, logreg, crit, final=False), inputs, cfg)
+    for got, exp in zip(data.roc["logreg"], want, strict=True):
+        np.testing.assert_allclose(got, exp)
+    shipped = data.roc["epsilon_ball (shipped)"]
+    assert auroc(*shipped) == pytest.approx(result.validation["val_auroc"])
+    mm = _fit(inputs, cfg, replace(result.search.best, m=8), "pvalue", final=False)
+    assert dict(data.m_curve["pvalue"])[8] == pytest.approx(
+        paper_accuracy(*_scores(mm, inputs, cfg), mm.threshold)
+    )
+    assert data.histogram is not None
+    assert data.histogram[3] == result.search.val_model.threshold
+    assert data.summary["val_auroc"] == result.validation["val_auroc"]
+    assert data.summary["threshold"] == result.model.threshold
+
+
+def test_balanced_rule_reports_the_fit_only_model_at_its_balanced_threshold() -> None:
+    inputs, cfg = _inputs(), TrainConfig(detector="logreg", m=4, threshold_rule="balanced")
+    result = train(inputs, cfg)
+    val_model = result.search.val_model
+    assert val_model.params["threshold_rule"] == "balanced"
+    s_id, s_ood = _scores(val_model, inputs, cfg)
+    assert result.validation["val_paper_accuracy"] == pytest.approx(
+        paper_accuracy(s_id, s_ood, val_model.threshold)
+    )
+    assert result.model.params["threshold_rule"] == "balanced"

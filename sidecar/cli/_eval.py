@@ -80,6 +80,15 @@ from sidecar.cli._root import main
     type=click.Path(path_type=Path, file_okay=False),
     help="Also write a Markdown report with plots here (see `sidecar eval-report`).",
 )
+@click.option(
+    "--fold-grouping",
+    default="grouped",
+    show_default=True,
+    type=click.Choice(["grouped", "random"]),
+    help="Cross-fitted benchmarks (covid): grouped keeps a question, its paraphrases and "
+    "near-duplicates in one fold and one training split; random splits query by query, as "
+    "the reference paper does (a paraphrase of a judged query may be trained on).",
+)
 @no_progress_option
 def eval_command(
     benchmark: str,
@@ -98,6 +107,7 @@ def eval_command(
     max_train_per_kb: int | None,
     max_eval_per_kb: int | None,
     report_dir: Path | None,
+    fold_grouping: str,
     no_progress: bool,
 ) -> None:
     """Evaluate every detector and baseline on a benchmark and write a JSON report.
@@ -151,6 +161,7 @@ def eval_command(
             target_frr=target_frr,
             progress=not no_progress,
             threshold_rule=threshold_rule,
+            fold_grouping=fold_grouping,
         )
     report["subsample"] = caps or None
     json_out.parent.mkdir(parents=True, exist_ok=True)

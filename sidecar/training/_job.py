@@ -28,14 +28,8 @@ from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel
 from sidecar.training._grid import MAX_DIMS, Candidate, default_grid
 from sidecar.training._metrics import auroc, balanced_accuracy, fpr_at_tpr, paper_accuracy
 from sidecar.training._report import ReportData, pc_loadings, write_report
-from sidecar.training._search import (
-    OOD_CAL_FRACTION,
-    SearchResult,
-    TrainingSplits,
-    carve_splits,
-    fixed_fit,
-    search,
-)
+from sidecar.training._search import SearchResult, fixed_fit, search
+from sidecar.training._splits import OOD_CAL_FRACTION, TrainingSplits, carve_splits
 
 log = logging.getLogger(__name__)
 

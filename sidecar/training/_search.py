@@ -28,6 +28,7 @@ from sidecar.errors import ConfigError, DataError
 from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel, detector_class, fit_ood_model
 from sidecar.training._grid import MAX_DIMS, Candidate, default_grid
 from sidecar.training._metrics import auroc
+from sidecar.training._splits import TrainingSplits
 
 # PC selection criteria, in the order ``criterion="auto"`` prefers them on a tie.
 CRITERIA = ("pvalue", "evr")
@@ -35,83 +36,6 @@ CRITERIA = ("pvalue", "evr")
 log = logging.getLogger(__name__)
 
 THRESHOLD_RULES = ("frr", "balanced")
-# Share of OOD training queries held out to calibrate a "balanced" threshold.
-OOD_CAL_FRACTION = 0.2
-
-
-@dataclass(frozen=True)
-class TrainingSplits:
-    """Training embeddings cut for search and calibration; shapes (n, dim), float32."""
-
-    kb: np.ndarray
-    id_fit: np.ndarray
-    id_val: np.ndarray
-    id_cal: np.ndarray
-    ood_fit: np.ndarray | None = None
-    ood_val: np.ndarray | None = None
-    ood_cal: np.ndarray | None = None
-
-    @property
-    def has_ood(self) -> bool:
-        return self.ood_fit is not None and len(self.ood_fit) >= 2
-
-
-def _take(E: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(E[np.sort(idx)], dtype=np.float32)
-
-
-def carve_splits(
-    kb: np.ndarray,
-    id_train: np.ndarray,
-    ood_train: np.ndarray | None = None,
-    *,
-    seed: int = 0,
-    val_fraction: float = 0.2,
-    cal_fraction: float = 0.2,
-    max_id_fit: int = 6000,
-    max_ood_fit: int = 4000,
-    max_ood_val: int = 2000,
-    target_frr: float = DEFAULT_TARGET_FRR,
-    ood_cal_fraction: float = 0.0,
-) -> TrainingSplits:
-    """Cut training embeddings into fit / validation / calibration parts (seeded).
-
-    ID training queries: ``cal_fraction`` to calibration, ``val_fraction`` to validation,
-    the rest (at most ``max_id_fit``) to fitting. Calibration gets at least
-    ``ceil(1 / target_frr) - 1`` queries when there are enough, the fewest for which the
-    conformal quantile can reach ``target_frr``. OOD training queries: a random subset of
-    at most ``max_ood_val`` for validation and ``max_ood_fit`` for fitting; with
-    ``ood_cal_fraction`` > 0, that fraction (at most ``max_ood_val``) is first held out for
-    calibrating a balanced-accuracy threshold (never fitted on).
-    """
-    rng = np.random.default_rng(seed)
-    n = len(id_train)
-    if n < 5:
-        raise DataError(
-            f"need at least 5 ID training queries to fit, validate and calibrate; got {n}"
-        )
-    perm = rng.permutation(n)
-    n_cal = max(2, round(cal_fraction * n), min(math.ceil(1 / target_frr) - 1, n // 3))
-    n_val = max(2, round(val_fraction * n))
-    cal, val, fit = perm[:n_cal], perm[n_cal : n_cal + n_val], perm[n_cal + n_val :][:max_id_fit]
-    ood_fit = ood_val = ood_cal = None
-    if ood_train is not None and len(ood_train) >= 4:
-        operm = rng.permutation(len(ood_train))
-        if ood_cal_fraction > 0 and len(ood_train) >= 8:
-            n_ocal = min(max_ood_val, max(2, round(ood_cal_fraction * len(ood_train))))
-            ood_cal, operm = _take(ood_train, operm[:n_ocal]), operm[n_ocal:]
-        n_oval = min(max_ood_val, max(2, round(val_fraction * len(operm))))
-        ood_val = _take(ood_train, operm[:n_oval])
-        ood_fit = _take(ood_train, operm[n_oval : n_oval + max_ood_fit])
-    return TrainingSplits(
-        np.asarray(kb, dtype=np.float32),
-        _take(id_train, fit),
-        _take(id_train, val),
-        _take(id_train, cal),
-        ood_fit,
-        ood_val,
-        ood_cal,
-    )
 
 
 def balanced_threshold(id_scores: np.ndarray, ood_scores: np.ndarray) -> float:

@@ -28,3 +28,30 @@ def test_folds_keep_groups_whole_and_balanced() -> None:
     assert max(sizes) - min(sizes) <= 5  # at most one group apart
     again = _folds(groups, 5, np.random.default_rng(0))
     assert all(np.array_equal(a, b) for a, b in zip(folds, again, strict=True))  # seeded
+
+
+def test_grouped_training_splits_never_split_a_group() -> None:
+    from sidecar.training import carve_splits
+
+    rng = np.random.default_rng(2)
+    groups = np.repeat(np.arange(60), 3)  # a question and two paraphrases, 60 times
+    E = rng.normal(size=(len(groups), 8)).astype(np.float32)
+    E[:, 0] = groups  # the first coordinate says which group a row is
+    ood = rng.normal(size=(50, 8)).astype(np.float32)
+    s = carve_splits(E[:5], E, ood, seed=0, id_groups=groups)
+    parts = [set(np.round(p[:, 0]).astype(int)) for p in (s.id_fit, s.id_val, s.id_cal)]
+    assert sum(len(p) for p in parts) == 60  # each group in exactly one part
+    assert parts[0].isdisjoint(parts[1]) and parts[0].isdisjoint(parts[2])
+    assert parts[1].isdisjoint(parts[2])
+    assert len(s.id_cal) % 3 == 0 and len(s.id_cal) >= 180 // 3  # whole groups, enough
+
+
+def test_splits_without_groups_are_the_seeded_permutation_as_before() -> None:
+    from sidecar.training import carve_splits
+
+    E = np.arange(200 * 4, dtype=np.float32).reshape(200, 4)
+    s = carve_splits(E[:3], E, None, seed=7)
+    perm = np.random.default_rng(7).permutation(200)
+    n_cal = 200 // 3  # at most 99 for a 1% target, at most a third of the queries
+    assert np.array_equal(np.sort(s.id_cal[:, 0] // 4), np.sort(perm[:n_cal]))
+    assert np.array_equal(np.sort(s.id_val[:, 0] // 4), np.sort(perm[n_cal : n_cal + 40]))

@@ -1,0 +1,133 @@
+"""Cutting labelled training embeddings into fit, validation and calibration parts.
+
+:func:`carve_splits` never sees evaluation queries. Where the training queries come in
+groups (a question and its paraphrases), each group goes whole into one part: the
+conformal threshold is only valid when calibration queries are exchangeable with the
+queries it is applied to, and a calibration query whose paraphrase was fitted on scores
+lower than an unseen query does (the cross-fitted covid benchmark evaluates exactly such
+unseen queries).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from sidecar.errors import DataError
+from sidecar.scoring import DEFAULT_TARGET_FRR
+
+# Share of OOD training queries held out to calibrate a "balanced" threshold.
+OOD_CAL_FRACTION = 0.2
+
+
+@dataclass(frozen=True)
+class TrainingSplits:
+    """Training embeddings cut for search and calibration; shapes (n, dim), float32."""
+
+    kb: np.ndarray
+    id_fit: np.ndarray
+    id_val: np.ndarray
+    id_cal: np.ndarray
+    ood_fit: np.ndarray | None = None
+    ood_val: np.ndarray | None = None
+    ood_cal: np.ndarray | None = None
+
+    @property
+    def has_ood(self) -> bool:
+        return self.ood_fit is not None and len(self.ood_fit) >= 2
+
+
+def _take(E: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(E[np.sort(idx)], dtype=np.float32)
+
+
+def _grouped_order(n: int, groups: Sequence[int] | None, rng: np.random.Generator) -> np.ndarray:
+    """Row indices in a seeded random order that keeps each group's rows together.
+
+    Without groups (one row each) this is ``rng.permutation(n)``, as it always was.
+    """
+    if groups is None:
+        return rng.permutation(n)
+    labels = np.unique(np.asarray(groups), return_inverse=True)[1]
+    if labels.shape != (n,):
+        raise DataError(f"{len(groups)} group labels for {n} training queries")
+    rank = np.empty(labels.max() + 1, dtype=np.int64)
+    rank[rng.permutation(labels.max() + 1)] = np.arange(labels.max() + 1)
+    return np.lexsort((np.arange(n), rank[labels]))
+
+
+def _cut(order: np.ndarray, groups: Sequence[int] | None, at: int) -> int:
+    """The first position >= ``at`` in ``order`` that does not split a group."""
+    if groups is None or at >= len(order):
+        return min(at, len(order))
+    g = np.asarray(groups)[order]
+    while at < len(order) and at > 0 and g[at] == g[at - 1]:
+        at += 1
+    return at
+
+
+def carve_splits(
+    kb: np.ndarray,
+    id_train: np.ndarray,
+    ood_train: np.ndarray | None = None,
+    *,
+    seed: int = 0,
+    val_fraction: float = 0.2,
+    cal_fraction: float = 0.2,
+    max_id_fit: int = 6000,
+    max_ood_fit: int = 4000,
+    max_ood_val: int = 2000,
+    target_frr: float = DEFAULT_TARGET_FRR,
+    ood_cal_fraction: float = 0.0,
+    id_groups: Sequence[int] | None = None,
+    ood_groups: Sequence[int] | None = None,
+) -> TrainingSplits:
+    """Cut training embeddings into fit / validation / calibration parts (seeded).
+
+    ID training queries: ``cal_fraction`` to calibration, ``val_fraction`` to validation,
+    the rest (at most ``max_id_fit``) to fitting. Calibration gets at least
+    ``ceil(1 / target_frr) - 1`` queries when there are enough, the fewest for which the
+    conformal quantile can reach ``target_frr``. OOD training queries: a random subset of
+    at most ``max_ood_val`` for validation and ``max_ood_fit`` for fitting; with
+    ``ood_cal_fraction`` > 0, that fraction (at most ``max_ood_val``) is first held out for
+    calibrating a balanced-accuracy threshold (never fitted on). ``id_groups`` /
+    ``ood_groups`` (one label per row) keep each group in one part; a part then ends at
+    the first group boundary at or after its size.
+    """
+    rng = np.random.default_rng(seed)
+    n = len(id_train)
+    if n < 5:
+        raise DataError(
+            f"need at least 5 ID training queries to fit, validate and calibrate; got {n}"
+        )
+    order = _grouped_order(n, id_groups, rng)
+    n_cal = max(2, round(cal_fraction * n), min(math.ceil(1 / target_frr) - 1, n // 3))
+    n_val = max(2, round(val_fraction * n))
+    a = _cut(order, id_groups, n_cal)
+    b = _cut(order, id_groups, a + n_val)
+    cal, val, fit = order[:a], order[a:b], order[b:][:max_id_fit]
+    if len(val) < 2 or len(fit) < 1:
+        raise DataError(f"{n} ID training queries in groups too large to fit, validate, calibrate")
+    ood_fit = ood_val = ood_cal = None
+    if ood_train is not None and len(ood_train) >= 4:
+        operm = _grouped_order(len(ood_train), ood_groups, rng)
+        if ood_cal_fraction > 0 and len(ood_train) >= 8:
+            n_ocal = min(max_ood_val, max(2, round(ood_cal_fraction * len(ood_train))))
+            k = _cut(operm, ood_groups, n_ocal)
+            ood_cal, operm = _take(ood_train, operm[:k]), operm[k:]
+        n_oval = min(max_ood_val, max(2, round(val_fraction * len(operm))))
+        k = _cut(operm, None if ood_groups is None else ood_groups, n_oval)
+        ood_val = _take(ood_train, operm[:k])
+        ood_fit = _take(ood_train, operm[k : k + max_ood_fit])
+    return TrainingSplits(
+        np.asarray(kb, dtype=np.float32),
+        _take(id_train, fit),
+        _take(id_train, val),
+        _take(id_train, cal),
+        ood_fit,
+        ood_val,
+        ood_cal,
+    )

@@ -92,9 +92,11 @@ def targets(report: Mapping[str, Any]) -> list[dict[str, Any]]:
         rule = report.get("threshold_rule", "frr")
         if rule == "frr":
             rule += f" {report.get('target_frr')}"
+        folds = report.get("fold_grouping", "random")
         out.append(
             {
-                "target": f"balanced accuracy of {prod} >= 0.985 (threshold rule {rule})",
+                "target": f"balanced accuracy of {prod} >= 0.985 (threshold rule {rule}, "
+                f"{folds} folds)",
                 "measured": ba,
                 "met": ba >= 0.985,
             }

@@ -191,7 +191,16 @@ def write_eval_report(report: Mapping[str, Any], out_dir: str | Path) -> Path:
             lines.append(f"| {t['target']} | {_fmt(t['measured'])} | {met} |")
         lines.append("")
 
-    keys = ("auroc", "fpr_at_95tpr", "balanced_accuracy", "paper_accuracy", "dims", "us_per_query")
+    keys = (
+        "auroc",
+        "fpr_at_95tpr",
+        "balanced_accuracy",
+        "paper_accuracy",
+        "false_reject_rate",
+        "ood_accept_rate",
+        "dims",
+        "us_per_query",
+    )
     lines += ["## Means over the KBs", "", "| detector | " + " | ".join(keys) + " |"]
     lines.append("|---" * (len(keys) + 1) + "|")
     for d in dets:

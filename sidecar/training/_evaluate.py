@@ -59,6 +59,8 @@ METRIC_KEYS = (
     "fpr_at_95tpr",
     "balanced_accuracy",
     "paper_accuracy",
+    "false_reject_rate",
+    "ood_accept_rate",
     "dims",
     "us_per_query",
 )
@@ -163,6 +165,10 @@ class _Pool:
             # margins = score - that fold's threshold, so the threshold is 0 here
             "balanced_accuracy": balanced_accuracy(m_id, m_ood, 0.0),
             "paper_accuracy": paper_accuracy(m_id, m_ood, 0.0, seed=seed),
+            # At the calibrated threshold: is the target false-reject rate kept on queries
+            # the calibration never saw, and how many OOD queries get through?
+            "false_reject_rate": float(np.mean(m_id > 0.0)),
+            "ood_accept_rate": float(np.mean(m_ood <= 0.0)),
             "dims": round(float(np.mean(self.dims))),
             "us_per_query": float(np.median(self.us)),
             "n_id": int(s_id.size),

@@ -5,7 +5,7 @@
 dead-letter reason codes live in :mod:`sidecar.stream._records`.
 """
 
-from sidecar.stream._app import Runtime, create_app
+from sidecar.stream._app import create_app
 from sidecar.stream._batch import STAGES, BatchOutcome, BatchScorer
 from sidecar.stream._launch import WorkerProcess, settings_env
 from sidecar.stream._metrics import StreamMetrics
@@ -21,6 +21,7 @@ from sidecar.stream._records import (
     Verdict,
     parse_query,
 )
+from sidecar.stream._runtime import Runtime
 from sidecar.stream._topics import bootstrap_servers, ensure_topics, sidecar_topics
 
 __all__ = [

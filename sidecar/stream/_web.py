@@ -16,7 +16,7 @@ from sidecar.stream._metrics import CONTENT_TYPE
 if TYPE_CHECKING:
     import faust
 
-    from sidecar.stream._app import Runtime
+    from sidecar.stream._runtime import Runtime
 
 log = logging.getLogger(__name__)
 

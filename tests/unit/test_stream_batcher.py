@@ -123,7 +123,7 @@ async def test_close_finishes_the_batch_in_progress_and_leaves_the_queue() -> No
 def test_freezing_the_startup_heap_takes_it_out_of_later_collections() -> None:
     import gc
 
-    from sidecar.stream._app import freeze_startup_heap
+    from sidecar.stream._runtime import freeze_startup_heap
 
     before = gc.get_freeze_count()
     survivor = [[i] for i in range(1000)]  # tracked objects alive at "startup"

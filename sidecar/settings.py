@@ -70,6 +70,18 @@ class KafkaSettings(_Section):
     sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "PLAIN"
     sasl_username: str | None = None
     sasl_password: SecretStr | None = None
+    ssl_ca_file: str | None = Field(
+        None, description="PEM bundle of the CA(s) that signed the brokers' certificates"
+    )
+    ssl_cert_file: str | None = Field(None, description="client certificate (PEM) for mutual TLS")
+    ssl_key_file: str | None = Field(None, description="its private key (PEM, unencrypted)")
+
+    @field_validator("sasl_password")
+    @classmethod
+    def _password_not_blank(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is not None and not v.get_secret_value().strip():
+            raise ValueError("kafka.sasl_password is set but empty")
+        return v
 
 
 class RedisSettings(_Section):
@@ -80,6 +92,16 @@ class RedisSettings(_Section):
     url: str = Field("redis://127.0.0.1:6379/0", repr=False)
     password: SecretStr | None = None
     key_prefix: str = "oodsc"
+
+    @field_validator("password")
+    @classmethod
+    def _password_not_blank(cls, v: SecretStr | None) -> SecretStr | None:
+        # An empty secret file would otherwise log in without a password and fail later
+        # with a less telling NOAUTH.
+        if v is not None and not v.get_secret_value().strip():
+            raise ValueError("redis.password is set but empty (unset it for no password)")
+        return v
+
     socket_timeout_s: float = Field(5.0, gt=0)
 
     @property

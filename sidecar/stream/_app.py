@@ -235,12 +235,12 @@ def _watcher_service(rt: Runtime, *, close_store: bool) -> Any:
 def _credentials(settings: Settings) -> Any:
     import faust
 
+    from sidecar.stream._topics import ssl_context
+
     k = settings.kafka
     if k.security_protocol == "PLAINTEXT":
         return None
-    import ssl
-
-    ctx = ssl.create_default_context() if k.security_protocol.endswith("SSL") else None
+    ctx = ssl_context(settings)
     if k.security_protocol.startswith("SASL"):
         if k.sasl_username is None or k.sasl_password is None:
             raise ConfigError("SASL needs kafka.sasl_username and kafka.sasl_password")

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import ssl
 from collections.abc import Iterable
 from typing import Any
 
-from sidecar.errors import BrokerError
+from sidecar.errors import BrokerError, ConfigError
 from sidecar.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -40,16 +41,43 @@ def sidecar_topics(settings: Settings) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def ssl_context(settings: Settings) -> ssl.SSLContext | None:
+    """The TLS context of every Kafka client (None unless the protocol uses SSL).
+
+    Trusts the system CAs, or only ``kafka.ssl_ca_file`` when it is set (a private CA);
+    ``kafka.ssl_cert_file`` and ``kafka.ssl_key_file`` present a client certificate
+    (mutual TLS).
+
+    Raises
+    ------
+    ConfigError
+        A file is missing or is not what it should be (named, never printed).
+    """
+    k = settings.kafka
+    if not k.security_protocol.endswith("SSL"):
+        return None
+    if (k.ssl_cert_file is None) != (k.ssl_key_file is None):
+        raise ConfigError("kafka.ssl_cert_file and kafka.ssl_key_file go together")
+    try:
+        ctx = ssl.create_default_context(cafile=k.ssl_ca_file)
+        if k.ssl_cert_file is not None:
+            ctx.load_cert_chain(k.ssl_cert_file, k.ssl_key_file)
+    except (OSError, ssl.SSLError) as exc:
+        files = [f for f in (k.ssl_ca_file, k.ssl_cert_file, k.ssl_key_file) if f]
+        raise ConfigError(
+            f"cannot load the Kafka TLS files {files}: {type(exc).__name__}"
+        ) from None
+    return ctx
+
+
 def client_kwargs(settings: Settings) -> dict[str, object]:
     """Connection options for aiokafka clients built from ``settings.kafka``."""
     k = settings.kafka
     kw: dict[str, object] = {"bootstrap_servers": bootstrap_servers(k.brokers)}
     if k.security_protocol != "PLAINTEXT":
-        import ssl
-
         kw["security_protocol"] = k.security_protocol
         if k.security_protocol.endswith("SSL"):
-            kw["ssl_context"] = ssl.create_default_context()
+            kw["ssl_context"] = ssl_context(settings)
         if k.security_protocol.startswith("SASL"):
             kw["sasl_mechanism"] = k.sasl_mechanism
             kw["sasl_plain_username"] = k.sasl_username

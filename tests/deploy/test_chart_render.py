@@ -208,3 +208,19 @@ def test_the_prebuilt_encoder_directory_reaches_the_worker(render: Any) -> None:
     assert env(None) == "/opt/ood-sidecar/onnx"
     off = env({"scoring": {"onnxPrebuiltDir": ""}})
     assert off == "" and ScoringSettings(onnx_prebuilt_dir=off).onnx_prebuilt_dir is None
+
+
+def test_kafka_tls_files_reach_the_worker_only_when_set(render: Any) -> None:
+    def data(values: dict[str, Any] | None) -> dict[str, str]:
+        cm: dict[str, str] = render(values)[("ConfigMap", f"{FULLNAME}-env")]["data"]
+        return cm
+
+    assert not any(k.startswith("SIDECAR_KAFKA__SSL_") for k in data(None))
+    tls = {
+        "sslCaFile": "/run/secrets/sidecar/kafka-ca.pem",
+        "sslCertFile": "/c",
+        "sslKeyFile": "/k",
+    }
+    got = data({"kafka": {"securityProtocol": "SSL", **tls}})
+    assert got["SIDECAR_KAFKA__SSL_CA_FILE"] == "/run/secrets/sidecar/kafka-ca.pem"
+    assert (got["SIDECAR_KAFKA__SSL_CERT_FILE"], got["SIDECAR_KAFKA__SSL_KEY_FILE"]) == ("/c", "/k")

@@ -36,6 +36,14 @@ class _Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+def _not_blank(v: SecretStr | None, name: str, instead: str) -> SecretStr | None:
+    """A secret that is set must hold something: a blank secret file or an empty variable
+    would otherwise read as no secret at all (signing off, no password) without a word."""
+    if v is not None and not v.get_secret_value().strip():
+        raise ValueError(f"{name} is set but empty ({instead})")
+    return v
+
+
 class KafkaSettings(_Section):
     """Broker connection and topic names."""
 
@@ -79,9 +87,7 @@ class KafkaSettings(_Section):
     @field_validator("sasl_password")
     @classmethod
     def _password_not_blank(cls, v: SecretStr | None) -> SecretStr | None:
-        if v is not None and not v.get_secret_value().strip():
-            raise ValueError("kafka.sasl_password is set but empty")
-        return v
+        return _not_blank(v, "kafka.sasl_password", "unset it without SASL")
 
 
 class RedisSettings(_Section):
@@ -92,17 +98,12 @@ class RedisSettings(_Section):
     url: str = Field("redis://127.0.0.1:6379/0", repr=False)
     password: SecretStr | None = None
     key_prefix: str = "oodsc"
+    socket_timeout_s: float = Field(5.0, gt=0)
 
     @field_validator("password")
     @classmethod
     def _password_not_blank(cls, v: SecretStr | None) -> SecretStr | None:
-        # An empty secret file would otherwise log in without a password and fail later
-        # with a less telling NOAUTH.
-        if v is not None and not v.get_secret_value().strip():
-            raise ValueError("redis.password is set but empty (unset it for no password)")
-        return v
-
-    socket_timeout_s: float = Field(5.0, gt=0)
+        return _not_blank(v, "redis.password", "unset it for no password")
 
     @property
     def masked_url(self) -> str:
@@ -136,11 +137,7 @@ class StoreSettings(_Section):
     @field_validator("hmac_key")
     @classmethod
     def _key_not_blank(cls, v: SecretStr | None) -> SecretStr | None:
-        # The stores treat an empty key as "no key", so a blank secret file or an empty
-        # variable would quietly switch signing off; that has to be said, not assumed.
-        if v is not None and not v.get_secret_value().strip():
-            raise ValueError("store.hmac_key is set but empty (unset it to run unsigned)")
-        return v
+        return _not_blank(v, "store.hmac_key", "unset it to run unsigned")
 
 
 class ScoringSettings(_Section):

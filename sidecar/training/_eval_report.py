@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from sidecar.errors import DataError
+from sidecar.training._metrics import METRIC_KEYS
 from sidecar.training._targets import BASELINES, PAPER_DETECTORS, PRODUCT_DETECTOR
 
 log = logging.getLogger(__name__)
@@ -191,16 +192,7 @@ def write_eval_report(report: Mapping[str, Any], out_dir: str | Path) -> Path:
             lines.append(f"| {t['target']} | {_fmt(t['measured'])} | {met} |")
         lines.append("")
 
-    keys = (
-        "auroc",
-        "fpr_at_95tpr",
-        "balanced_accuracy",
-        "paper_accuracy",
-        "false_reject_rate",
-        "ood_accept_rate",
-        "dims",
-        "us_per_query",
-    )
+    keys = METRIC_KEYS
     lines += ["## Means over the KBs", "", "| detector | " + " | ".join(keys) + " |"]
     lines.append("|---" * (len(keys) + 1) + "|")
     for d in dets:

@@ -21,7 +21,13 @@ from sidecar.errors import ConfigError
 from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel
 from sidecar.training._datasets import KBTask
 from sidecar.training._grid import Candidate
-from sidecar.training._metrics import auroc, balanced_accuracy, fpr_at_tpr, paper_accuracy
+from sidecar.training._metrics import (
+    METRIC_KEYS,
+    auroc,
+    balanced_accuracy,
+    fpr_at_tpr,
+    paper_accuracy,
+)
 from sidecar.training._search import fixed_fit, search
 from sidecar.training._splits import OOD_CAL_FRACTION, carve_splits
 from sidecar.training._targets import PROTOCOL_M, protocol_table, targets
@@ -53,16 +59,6 @@ PROTOCOL_CANDIDATES = (
     Candidate("svm", PROTOCOL_M, {"C": 1.0, "max_samples": 2000}),
     Candidate("gmm", PROTOCOL_M, {"n_components": 4}),
     Candidate("combined", PROTOCOL_M, {"C": 1.0, "features": ["pcs", "residual"]}, (64,)),
-)
-METRIC_KEYS = (
-    "auroc",
-    "fpr_at_95tpr",
-    "balanced_accuracy",
-    "paper_accuracy",
-    "false_reject_rate",
-    "ood_accept_rate",
-    "dims",
-    "us_per_query",
 )
 
 

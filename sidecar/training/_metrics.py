@@ -10,6 +10,18 @@ from __future__ import annotations
 import numpy as np
 from sklearn.metrics import roc_auc_score
 
+# The figures of one detector on one KB (and of their means) in an evaluation report.
+METRIC_KEYS = (
+    "auroc",
+    "fpr_at_95tpr",
+    "balanced_accuracy",
+    "paper_accuracy",
+    "false_reject_rate",
+    "ood_accept_rate",
+    "dims",
+    "us_per_query",
+)
+
 
 def _scores(id_scores: np.ndarray, ood_scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     a = np.asarray(id_scores, dtype=np.float64).ravel()

@@ -8,7 +8,8 @@ from pathlib import Path
 from click.testing import CliRunner, Result
 
 from sidecar.cli import main
-from sidecar.training._evaluate import METRIC_KEYS, PROTOCOL_CANDIDATES
+from sidecar.training._evaluate import PROTOCOL_CANDIDATES
+from sidecar.training._metrics import METRIC_KEYS
 
 
 def _eval(data: Path, out: Path, *args: str) -> Result:

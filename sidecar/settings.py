@@ -82,7 +82,9 @@ class KafkaSettings(_Section):
         None, description="PEM bundle of the CA(s) that signed the brokers' certificates"
     )
     ssl_cert_file: str | None = Field(None, description="client certificate (PEM) for mutual TLS")
-    ssl_key_file: str | None = Field(None, description="its private key (PEM, unencrypted)")
+    ssl_key_file: str | None = Field(
+        None, description="its private key (PEM, unencrypted; omit when the cert file holds it)"
+    )
 
     @field_validator("sasl_password")
     @classmethod
@@ -210,6 +212,11 @@ class ExplainSettings(_Section):
     cache_dir: Path | None = None
     backoff_s: float = Field(default=0.5, gt=0, description="first retry wait, doubled per retry")
     max_sources: int = Field(default=12, ge=1, le=20, description="most sources per request")
+
+    @field_validator("api_key")
+    @classmethod
+    def _key_not_blank(cls, v: SecretStr | None) -> SecretStr | None:
+        return _not_blank(v, "explain.api_key", "unset it for an endpoint without one")
 
 
 class LogSettings(_Section):

@@ -135,7 +135,7 @@ def main(ctx: click.Context, log_level: str | None, log_json: bool | None, debug
 
         try:
             log = load_settings().log
-        except ConfigError:
+        except (ConfigError, OSError):  # e.g. an unreadable secrets directory
             log = LogSettings()
         log_level = log_level or log.level
         log_json = log.json_lines if log_json is None else log_json

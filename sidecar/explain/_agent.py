@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -80,6 +81,8 @@ def parse_request(value: bytes | None, settings: Settings) -> ExplainRequest:
         doc = json.loads(value or b"")
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise _Rejected(INVALID_JSON, f"not JSON: {exc}") from exc
+    except RecursionError:
+        raise _Rejected(INVALID_JSON, "not JSON: nested too deeply") from None
     if not isinstance(doc, dict):
         raise _Rejected(INVALID_JSON, "the request must be a JSON object")
     rid, query, spec = doc.get("request_id"), doc.get("query"), doc.get("predicate")
@@ -151,6 +154,8 @@ class ExplainHandler:
                 )
             except ConfigError as exc:
                 raise _Rejected(BAD_PREDICATE, str(exc)) from exc
+            except (RecursionError, ValueError, re.error) as exc:  # e.g. a huge regex
+                raise _Rejected(BAD_PREDICATE, f"{type(exc).__name__}: {exc}") from exc
             try:
                 result = await explain(
                     req.query,
@@ -168,7 +173,12 @@ class ExplainHandler:
             except Exception as exc:  # keep the agent alive; the request is dead-lettered
                 log.exception("explain request at %s[%s]@%s failed", topic, partition, offset)
                 raise _Rejected(EXPLAIN_FAILED, f"{type(exc).__name__}: {exc}") from exc
-        except _Rejected as rej:
+        except Exception as exc:
+            if isinstance(exc, _Rejected):
+                rej = exc
+            else:  # a bug must not cost the request its answer
+                log.exception("explain request at %s[%s]@%s failed", topic, partition, offset)
+                rej = _Rejected(EXPLAIN_FAILED, f"{type(exc).__name__}: {exc}")
             log.warning(
                 "explain request at %s[%s]@%s rejected: %s", topic, partition, offset, rej.reason
             )
@@ -176,6 +186,10 @@ class ExplainHandler:
             return k.dlq_topic, None, dumps(record)
         doc = {"request_id": req.request_id, **result.to_dict(), "ts": int(time.time() * 1000)}
         return k.explanations_topic, req.request_id.encode("utf-8"), dumps(doc)
+
+
+def _where(msg: Any) -> tuple[str, int, int]:
+    return msg.topic, msg.partition, msg.offset
 
 
 def register_explain_agent(
@@ -204,13 +218,23 @@ def register_explain_agent(
     handler = ExplainHandler(settings, black_box)
 
     async def explain_requests(stream: Any) -> None:
+        from sidecar.stream._app import stop_without_waiting
+
         async for event in stream.events():
             msg = event.message
+            msg.incref()  # held until its answer is delivered (as on the scoring path)
             topic, key, value = await handler.handle(
                 event.value, msg.topic, msg.partition, msg.offset
             )
-            # Delivered before the next event is taken (which acks this one): faust's
-            # send only queues the record.
-            await (await out[topic].send(key=key, value=value))
+            try:
+                # faust's send only queues the record: wait for the broker's ack.
+                await (await out[topic].send(key=key, value=value))
+            except Exception as exc:
+                # Never acked, so never committed; stop the worker rather than let faust
+                # restart this agent past the request (see sidecar.stream._app).
+                log.exception("explain answer for %s[%s]@%s not delivered", *_where(msg))
+                stop_without_waiting(app, exc)
+                return
+            event.ack()
 
     return app.agent(requests, name="sidecar.explain", concurrency=1)(explain_requests)

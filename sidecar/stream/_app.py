@@ -165,13 +165,8 @@ def create_app(
         ),
     )
 
-    halting: list[asyncio.Future[None]] = []
-
     def stop_after_halt(reason: str) -> None:
-        # The held records are never acked, so stopping must not wait for them (faust
-        # would, for ever); then crash the app, which makes the worker exit non-zero.
-        app.conf.stream_wait_empty = False
-        halting.append(asyncio.ensure_future(app.crash(StreamHalted(reason))))
+        stop_without_waiting(app, StreamHalted(reason))
 
     rt.on_halt = stop_after_halt
 
@@ -191,8 +186,10 @@ def create_app(
             return  # the app is stopping (see stop_after_halt); restarting here would not help
         finally:
             # Stopping (SIGTERM, or a halt): finish and publish the batch being scored;
-            # queued events keep their hold, stay uncommitted and are delivered again.
-            await batcher.close()
+            # queued events keep their hold, stay uncommitted and are delivered again. After
+            # a halt the runner's failure comes back from close() and drain(): it is known.
+            with contextlib.suppress(StreamHalted):
+                await batcher.close()
             with contextlib.suppress(StreamHalted):
                 await rt.drain()
 
@@ -209,6 +206,20 @@ def create_app(
             ) from exc
         register_explain_agent(app, settings)
     return app
+
+
+_STOPPING: list[asyncio.Future[None]] = []
+
+
+def stop_without_waiting(app: Any, reason: BaseException) -> None:
+    """Crash ``app`` (the worker exits non-zero) without waiting for held records.
+
+    Held records are never acked, so faust must not wait for them on the way out (it would,
+    for ever): their offsets stay uncommitted and the next owner of the partitions reads
+    them again.
+    """
+    app.conf.stream_wait_empty = False
+    _STOPPING.append(asyncio.ensure_future(app.crash(reason)))
 
 
 def _watcher_service(rt: Runtime, *, close_store: bool) -> Any:

@@ -41,6 +41,10 @@ def sidecar_topics(settings: Settings) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def _no_passphrase() -> str:
+    raise ConfigError("the Kafka TLS key is encrypted; give it unencrypted (a Secret file)")
+
+
 def ssl_context(settings: Settings) -> ssl.SSLContext | None:
     """The TLS context of every Kafka client (None unless the protocol uses SSL).
 
@@ -56,12 +60,14 @@ def ssl_context(settings: Settings) -> ssl.SSLContext | None:
     k = settings.kafka
     if not k.security_protocol.endswith("SSL"):
         return None
-    if (k.ssl_cert_file is None) != (k.ssl_key_file is None):
-        raise ConfigError("kafka.ssl_cert_file and kafka.ssl_key_file go together")
+    if k.ssl_key_file is not None and k.ssl_cert_file is None:
+        raise ConfigError("kafka.ssl_key_file needs kafka.ssl_cert_file (its certificate)")
     try:
         ctx = ssl.create_default_context(cafile=k.ssl_ca_file)
         if k.ssl_cert_file is not None:
-            ctx.load_cert_chain(k.ssl_cert_file, k.ssl_key_file)
+            # No key file: the certificate file holds the key too. An encrypted key would
+            # make OpenSSL ask for a passphrase on the terminal; refuse it instead.
+            ctx.load_cert_chain(k.ssl_cert_file, k.ssl_key_file, password=_no_passphrase)
     except (OSError, ssl.SSLError) as exc:
         files = [f for f in (k.ssl_ca_file, k.ssl_cert_file, k.ssl_key_file) if f]
         raise ConfigError(

@@ -74,6 +74,7 @@ async def readiness(app: faust.App, rt: Runtime) -> dict[str, Any]:
         "rebalancing": {"ok": not app.rebalancing},
         "models": {"ok": all(models.values()), "active": models},
         "store": {"ok": store_ok, "error": store_err},
+        "stream": {"ok": rt.halted is None, "halted": rt.halted},
         "encoder": {
             "ok": rt.encoder_warm,
             "name": rt.encoder.name,

@@ -266,8 +266,10 @@ def load_covid(data_dir: str | Path, split: str = "dev", *, folds: int = 5) -> l
     # question it rephrases), so cross-fitting never splits them over folds.
     group = {norm_text(q): g for g, q in enumerate(dev_id)}
     for q1, q2 in pairs:
-        if q2 and norm_text(q1) in group:
-            group[norm_text(q2)] = group[norm_text(q1)]
+        a, b = group.get(norm_text(q1)), group.get(norm_text(q2))
+        if q2 and a is not None and b is not None and a != b:
+            # one text may paraphrase two questions: join the groups, transitively
+            group = {t: (a if g == b else g) for t, g in group.items()}
     clinc = _read_json(_need(root / "clinc150" / "data_full.json"))
     dev_ood = _dedupe(
         [t for t, _ in clinc["oos_val"]]

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from sidecar.errors import ConfigError
+from sidecar.errors import ConfigError, DataError
 from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel
 from sidecar.training._datasets import KBTask
 from sidecar.training._grid import Candidate
@@ -119,6 +119,8 @@ def _random_folds(n: int, k: int, rng: np.random.Generator) -> list[np.ndarray]:
 def _folds(groups: np.ndarray, k: int, rng: np.random.Generator) -> list[np.ndarray]:
     """``k`` folds of row indices; each group whole in one fold, folds of similar size."""
     _, labels, sizes = np.unique(groups, return_inverse=True, return_counts=True)
+    if len(sizes) < k:
+        raise DataError(f"{len(sizes)} groups of evaluation queries cannot fill {k} folds")
     order = rng.permutation(len(sizes))
     order = order[np.argsort(-sizes[order], kind="stable")]  # largest groups first
     fold_of, load = np.empty(len(sizes), dtype=int), np.zeros(k, dtype=int)

@@ -122,6 +122,10 @@ def carve_splits(
         k = _cut(operm, None if ood_groups is None else ood_groups, n_oval)
         ood_val = _take(ood_train, operm[:k])
         ood_fit = _take(ood_train, operm[k : k + max_ood_fit])
+        if ood_groups is not None and (len(ood_fit) < 2 or len(ood_val) < 2):
+            raise DataError(
+                f"{len(ood_train)} OOD training queries in groups too large to fit and validate"
+            )
     return TrainingSplits(
         np.asarray(kb, dtype=np.float32),
         _take(id_train, fit),

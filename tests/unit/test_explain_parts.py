@@ -248,6 +248,18 @@ def test_request_validation_reason_codes() -> None:
     assert rec["payload_encoding"] == "base64" and rec["offset"] == 9
 
 
+def test_requests_that_break_the_parsers_are_dead_letters_not_crashes() -> None:
+    from sidecar.explain._agent import BAD_PREDICATE, INVALID_JSON, ExplainHandler
+
+    settings = load_settings()
+    k = settings.kafka
+    handler = ExplainHandler(settings, _TableBlackBox())
+    deep_regex = _req(sources=[{"id": "a", "text": "t"}], predicate="regex:" + "(" * 5000)
+    for value, reason in ((b"[" * 200_000, INVALID_JSON), (deep_regex, BAD_PREDICATE)):
+        topic, key, out = asyncio.run(handler.handle(value, "t", 0, 3))
+        assert (topic, key) == (k.dlq_topic, None) and json.loads(out)["reason"] == reason
+
+
 def test_request_ids_must_be_keys_and_dead_letters_stay_small() -> None:
     from sidecar.stream._records import MAX_DLQ_PAYLOAD_BYTES, dumps
 

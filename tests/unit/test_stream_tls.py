@@ -52,8 +52,14 @@ def test_tls_files_that_do_not_load_are_one_config_error(
     missing = tmp_path / "absent.pem"
     with pytest.raises(ConfigError, match=r"absent\.pem"):
         ssl_context(load_settings(kafka={"security_protocol": "SSL", "ssl_ca_file": str(missing)}))
-    with pytest.raises(ConfigError, match="go together"):
-        ssl_context(load_settings(kafka={"security_protocol": "SSL", "ssl_cert_file": str(cert)}))
+    with pytest.raises(ConfigError, match=r"needs kafka\.ssl_cert_file"):
+        ssl_context(load_settings(kafka={"security_protocol": "SSL", "ssl_key_file": str(key)}))
+    # one file with the certificate and its key is enough
+    both = tmp_path / "both.pem"
+    both.write_bytes(cert.read_bytes() + key.read_bytes())
+    assert ssl_context(
+        load_settings(kafka={"security_protocol": "SSL", "ssl_cert_file": str(both)})
+    )
     # a key file is never echoed, even when it is given where a certificate belongs
     with pytest.raises(ConfigError) as info:
         ssl_context(
@@ -69,7 +75,30 @@ def test_tls_files_that_do_not_load_are_one_config_error(
     assert ssl_context(load_settings()) is None  # PLAINTEXT
 
 
-@pytest.mark.parametrize(("section", "field"), [("redis", "password"), ("kafka", "sasl_password")])
+def test_an_encrypted_client_key_is_refused_not_prompted_for(
+    pem: tuple[Path, Path], tmp_path: Path
+) -> None:
+    cert, key = pem
+    locked = tmp_path / "locked.key"
+    subprocess.run(
+        [
+            *("openssl", "pkey", "-in", str(key), "-aes256", "-passout", "pass:x"),
+            "-out",
+            str(locked),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    tls = {"security_protocol": "SSL", "ssl_cert_file": str(cert), "ssl_key_file": str(locked)}
+    with pytest.raises(ConfigError, match="encrypted"):
+        ssl_context(load_settings(kafka=tls))
+
+
+@pytest.mark.parametrize(
+    ("section", "field"),
+    [("redis", "password"), ("kafka", "sasl_password"), ("explain", "api_key")],
+)
 def test_blank_passwords_are_refused(section: str, field: str) -> None:
     with pytest.raises(ConfigError, match=f"{section}.{field}"):
         load_settings(**{section: {field: "  "}})

@@ -136,6 +136,22 @@ def test_covid_paraphrases_share_their_questions_group(tmp_path: Path) -> None:
     assert group["How does it spread?"] != group["What is covid?"]
 
 
+def test_a_text_that_paraphrases_two_questions_joins_both_groups(tmp_path: Path) -> None:
+    _covid(tmp_path)
+    _write_csv(
+        tmp_path / "covid" / "deepset_eval_question_similarity_en.csv",
+        ["question_1", "question_2", "similar"],
+        [
+            ["What is covid?", "Tell me about covid", "1"],
+            ["How does it spread?", "Tell me about covid", "1"],
+        ],
+    )
+    (task,) = load_covid(tmp_path, "dev")
+    assert task.id_eval_groups is not None
+    group = dict(zip(task.id_eval, task.id_eval_groups, strict=True))
+    assert group["What is covid?"] == group["How does it spread?"] == group["Tell me about covid"]
+
+
 def test_no_training_text_is_an_evaluation_text(tmp_path: Path) -> None:
     _clinc(tmp_path)
     data = json.loads((tmp_path / "clinc150" / "data_full.json").read_text())

@@ -30,6 +30,15 @@ def test_folds_keep_groups_whole_and_balanced() -> None:
     assert all(np.array_equal(a, b) for a, b in zip(folds, again, strict=True))  # seeded
 
 
+def test_fewer_groups_than_folds_is_a_clear_error() -> None:
+    import pytest
+
+    from sidecar.errors import DataError
+
+    with pytest.raises(DataError, match="cannot fill 5 folds"):
+        _folds(np.array([0, 0, 1, 1, 2]), 5, np.random.default_rng(0))
+
+
 def test_grouped_training_splits_never_split_a_group() -> None:
     from sidecar.training import carve_splits
 

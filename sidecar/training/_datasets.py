@@ -60,6 +60,9 @@ class KBTask:
     # Cross-fitting keeps each group of evaluation queries in one fold (e.g. a question and
     # its paraphrases), so that no query is scored by a model trained on its paraphrase.
     id_eval_groups: tuple[int, ...] | None = None
+    # The same for the ID training queries: the training split keeps each group in one of
+    # fit / validation / calibration, so calibration queries are as new as judged ones.
+    id_train_groups: tuple[int, ...] | None = None
 
 
 def _need(path: Path) -> Path:
@@ -299,14 +302,16 @@ def load_covid(data_dir: str | Path, split: str = "dev", *, folds: int = 5) -> l
     test_id = _read_csv_column(covidq, "Question")
     test_ood = [t for t, _ in clinc["oos_test"]] + _read_csv_column(jailbreak, "question")
     held_out = test_id + test_ood
+    train_id = _without(dev_id, held_out)
     return [
         KBTask(
             "covid",
             tuple(kb),
-            tuple(_without(dev_id, held_out)),
+            tuple(train_id),
             tuple(_dedupe(_without(oos_train + dev_ood, held_out))),
             tuple(_dedupe(test_id)),
             tuple(_dedupe(test_ood)),
+            id_train_groups=tuple(group[norm_text(q)] for q in train_id),
         )
     ]
 

@@ -229,7 +229,12 @@ def evaluate_task(
     proto: dict[str, dict[str, _Pool]] = {}
     for f, (fi, fo) in enumerate(folds):
         id_train, ood_train = E_idt, E_oodt
-        id_groups = ood_groups = None
+        ood_groups = None
+        id_groups = (
+            None
+            if task.id_train_groups is None or fold_grouping != "grouped"
+            else np.asarray(task.id_train_groups)
+        )
         if task.cross_fit > 1:  # train on the other folds' evaluation queries
             rest_i = np.setdiff1d(np.arange(len(E_ide)), fi)
             rest_o = np.setdiff1d(np.arange(len(E_oode)), fo)

@@ -44,7 +44,9 @@ def _take(E: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(E[np.sort(idx)], dtype=np.float32)
 
 
-def _grouped_order(n: int, groups: Sequence[int] | None, rng: np.random.Generator) -> np.ndarray:
+def _grouped_order(
+    n: int, groups: Sequence[int] | np.ndarray | None, rng: np.random.Generator
+) -> np.ndarray:
     """Row indices in a seeded random order that keeps each group's rows together.
 
     Without groups (one row each) this is ``rng.permutation(n)``, as it always was.
@@ -59,7 +61,7 @@ def _grouped_order(n: int, groups: Sequence[int] | None, rng: np.random.Generato
     return np.lexsort((np.arange(n), rank[labels]))
 
 
-def _cut(order: np.ndarray, groups: Sequence[int] | None, at: int) -> int:
+def _cut(order: np.ndarray, groups: Sequence[int] | np.ndarray | None, at: int) -> int:
     """The first position >= ``at`` in ``order`` that does not split a group."""
     if groups is None or at >= len(order):
         return min(at, len(order))
@@ -82,8 +84,8 @@ def carve_splits(
     max_ood_val: int = 2000,
     target_frr: float = DEFAULT_TARGET_FRR,
     ood_cal_fraction: float = 0.0,
-    id_groups: Sequence[int] | None = None,
-    ood_groups: Sequence[int] | None = None,
+    id_groups: Sequence[int] | np.ndarray | None = None,
+    ood_groups: Sequence[int] | np.ndarray | None = None,
 ) -> TrainingSplits:
     """Cut training embeddings into fit / validation / calibration parts (seeded).
 

@@ -172,6 +172,28 @@ def test_no_training_text_is_an_evaluation_text(tmp_path: Path) -> None:
         assert leaked not in set(t.kb_texts) | set(t.id_train) | set(t.ood_train)
 
 
+def test_covid_test_split_keeps_training_paraphrases_together(tmp_path: Path) -> None:
+    _covid(tmp_path)
+    data = json.loads((tmp_path / "clinc150" / "data_full.json").read_text())
+    data["oos_test"] = [["oos x", "oos"]]
+    (tmp_path / "clinc150" / "data_full.json").write_text(json.dumps(data))
+    _write_csv(
+        tmp_path / "covid" / "covidq_final_master_dataset.csv",
+        ["Question"],
+        [["how does it spread?"], ["Is there a cure?"]],  # the first is also a dev question
+    )
+    _write_csv(
+        tmp_path / "adversarial" / "jailbreakhub_forbidden_question_set.csv",
+        ["question"],
+        [["do crime"]],
+    )
+    (task,) = load_covid(tmp_path, "test")
+    assert "How does it spread?" not in task.id_train  # it is a test query now
+    assert task.id_train_groups is not None
+    group = dict(zip(task.id_train, task.id_train_groups, strict=True))
+    assert group["What's covid?"] == group["What is covid?"]
+
+
 def test_covid_test_split_names_missing_file(tmp_path: Path) -> None:
     _covid(tmp_path)
     data = json.loads((tmp_path / "clinc150" / "data_full.json").read_text())

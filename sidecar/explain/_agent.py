@@ -170,13 +170,10 @@ class ExplainHandler:
                 )
             except BlackBoxError as exc:
                 raise _Rejected(BLACK_BOX_FAILED, str(exc)) from exc
-            except Exception as exc:  # keep the agent alive; the request is dead-lettered
-                log.exception("explain request at %s[%s]@%s failed", topic, partition, offset)
-                raise _Rejected(EXPLAIN_FAILED, f"{type(exc).__name__}: {exc}") from exc
         except Exception as exc:
             if isinstance(exc, _Rejected):
                 rej = exc
-            else:  # a bug must not cost the request its answer
+            else:  # mining or a bug: the agent lives on, the request is dead-lettered
                 log.exception("explain request at %s[%s]@%s failed", topic, partition, offset)
                 rej = _Rejected(EXPLAIN_FAILED, f"{type(exc).__name__}: {exc}")
             log.warning(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -89,6 +90,16 @@ from sidecar.cli._root import main
     "near-duplicates in one fold and one training split; random splits query by query, as "
     "the reference paper does (a paraphrase of a judged query may be trained on).",
 )
+@click.option(
+    "--seeds",
+    "n_seeds",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 50),
+    help="Also evaluate seeds --seed+1 ... --seed+N-1 (new splits and folds, no protocol "
+    "refits) and report the median, min and max of every mean figure under "
+    "'seed_spread'; the covid target is then judged on the median.",
+)
 @no_progress_option
 def eval_command(
     benchmark: str,
@@ -108,6 +119,7 @@ def eval_command(
     max_eval_per_kb: int | None,
     report_dir: Path | None,
     fold_grouping: str,
+    n_seeds: int,
     no_progress: bool,
 ) -> None:
     """Evaluate every detector and baseline on a benchmark and write a JSON report.
@@ -123,7 +135,8 @@ def eval_command(
     from sidecar.scoring import available_cpus, load_encoder
     from sidecar.settings import load_settings
     from sidecar.training import EmbeddingCache, evaluate_benchmark, load_benchmark
-    from sidecar.training._evaluate import DETECTORS
+    from sidecar.training._evaluate import DETECTORS, seed_spread
+    from sidecar.training._targets import targets
 
     settings = load_settings()
     caps = {
@@ -148,8 +161,9 @@ def eval_command(
     # The worker's backend (ONNX Runtime under `auto`), on every CPU.
     enc = load_encoder(settings.scoring, name=encoder, threads=available_cpus())
     cache = EmbeddingCache(enc, cache_dir, progress=not no_progress)
-    with threadpool_limits(limits=blas_threads):
-        report = evaluate_benchmark(
+
+    def run(at: int, protocol: bool) -> dict[str, Any]:
+        return evaluate_benchmark(
             benchmark,
             split,
             tasks,
@@ -157,12 +171,21 @@ def eval_command(
             encoder={"name": enc.name, "dim": enc.dim},
             detectors=dets,
             criterion=criterion,
-            seed=seed,
+            seed=at,
             target_frr=target_frr,
             progress=not no_progress,
             threshold_rule=threshold_rule,
             fold_grouping=fold_grouping,
+            protocol=protocol,
         )
+
+    with threadpool_limits(limits=blas_threads):
+        report = run(seed, True)
+        if n_seeds > 1:
+            extra = [run(seed + i, False) for i in range(1, n_seeds)]
+            report["seed_spread"] = seed_spread([report, *extra])
+            report["wall_s"] = round(report["wall_s"] + sum(r["wall_s"] for r in extra), 1)
+            report["targets"] = targets(report)
     report["subsample"] = caps or None
     json_out.parent.mkdir(parents=True, exist_ok=True)
     json_out.write_text(json.dumps(report, indent=2) + "\n")

@@ -253,7 +253,9 @@ def load_covid(data_dir: str | Path, split: str = "dev", *, folds: int = 5) -> l
 
     dev: ID = the FAQ questions and the ``question_2`` of similar pairs; OOD = CLINC150
     ``oos_val`` and AdvBench ``goal``. There are no separate training queries, so the
-    harness cross-fits over ``folds`` folds; CLINC150 ``oos_train`` adds OOD training data.
+    harness cross-fits over ``folds`` folds; CLINC150 ``oos_train`` adds OOD training data
+    (the 250 of ``data_oos_plus.json`` where that file is present, else the 100 of
+    ``data_full.json``).
     test: ID = COVID-Q ``Question``; OOD = CLINC150 ``oos_test`` and JailbreakHub
     ``question``; the dev queries above serve as training queries.
     """
@@ -278,7 +280,10 @@ def load_covid(data_dir: str | Path, split: str = "dev", *, folds: int = 5) -> l
         [t for t, _ in clinc["oos_val"]]
         + _read_csv_column(root / "adversarial" / "advbench_harmful_behaviors.csv", "goal")
     )
-    oos_train = [t for t, _ in clinc["oos_train"]]
+    # CLINC150's larger out-of-scope training set, where present: the KB has no training
+    # queries of its own, and the OOD side gains most from more of them.
+    plus = root / "clinc150" / "data_oos_plus.json"
+    oos_train = [t for t, _ in (_read_json(plus) if plus.is_file() else clinc)["oos_train"]]
     if split == "dev":
         return [
             KBTask(

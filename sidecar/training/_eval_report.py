@@ -202,6 +202,28 @@ def write_eval_report(report: Mapping[str, Any], out_dir: str | Path) -> Path:
         lines.append(f"| {d} | " + " | ".join(cells) + " |")
     lines.append("")
 
+    spread = report.get("seed_spread") or {}
+    if spread.get("mean"):
+        keys_s = ("auroc", "balanced_accuracy", "false_reject_rate", "ood_accept_rate")
+        lines += [
+            f"## Spread over seeds {spread.get('seeds')}",
+            "",
+            "Median [min, max] of each mean figure; the seed draws the splits and folds.",
+            "",
+            "| detector | " + " | ".join(keys_s) + " |",
+            "|---" * (len(keys_s) + 1) + "|",
+        ]
+        for d in dets:
+            row = spread["mean"].get(d, {})
+            cells = [
+                f"{row[k]['median']:.4f} [{row[k]['min']:.4f}, {row[k]['max']:.4f}]"
+                if k in row
+                else ""
+                for k in keys_s
+            ]
+            lines.append(f"| {d} | " + " | ".join(cells) + " |")
+        lines.append("")
+
     _plot_heatmap(out / "auroc_by_kb.png", report, dets)
     _plot_means(out / "detectors.png", report, dets)
     lines += ["## Which wins where", "", "![AUROC per KB](auroc_by_kb.png)", ""]

@@ -321,15 +321,19 @@ def evaluate_benchmark(
     progress: bool = True,
     threshold_rule: str = "frr",
     fold_grouping: str = "grouped",
+    protocol: bool = True,
 ) -> dict[str, Any]:
-    """Run :func:`evaluate_task` on every KB and assemble the report JSON."""
+    """Run :func:`evaluate_task` on every KB and assemble the report JSON.
+
+    ``protocol=False`` skips the p-value-vs-EVR refits (an empty ``pvalue_vs_evr`` table).
+    """
     from tqdm.auto import tqdm
 
     unknown = sorted(set(detectors) - set(DETECTORS))
     if unknown:
         raise ConfigError(f"unknown detectors {unknown}; choose from {list(DETECTORS)}")
     per_kb: dict[str, Any] = {}
-    protocol: dict[str, Any] = {}
+    by_kb: dict[str, Any] = {}
     t0 = time.perf_counter()
     for task in tqdm(tasks, desc=f"eval {benchmark}", unit="kb", disable=not progress):
         res = evaluate_task(
@@ -342,9 +346,10 @@ def evaluate_benchmark(
             target_frr=target_frr,
             threshold_rule=threshold_rule,
             fold_grouping=fold_grouping,
+            protocol=protocol,
         )
         per_kb[task.name] = res["detectors"]
-        protocol[task.name] = res["protocol"]
+        by_kb[task.name] = res["protocol"]
     mean = {d: _mean([per_kb[kb][d] for kb in per_kb]) for d in detectors}
     out: dict[str, Any] = {
         "benchmark": benchmark,
@@ -357,7 +362,7 @@ def evaluate_benchmark(
         "fold_grouping": fold_grouping,
         "kbs": per_kb,
         "mean": mean,
-        "pvalue_vs_evr": protocol_table(protocol),
+        "pvalue_vs_evr": protocol_table(by_kb),
         # How evaluation queries are kept from training (see _datasets and _folds).
         "leakage_guards": {
             "training_texts_equal_to_evaluation_texts": "removed (lower-cased, "
@@ -375,4 +380,42 @@ def evaluate_benchmark(
         max(mean, key=lambda d: mean[d].get("auroc", -1.0)) if mean else None
     )
     out["targets"] = targets(out)
+    return out
+
+
+# The figures whose spread over seeds a multi-seed evaluation reports.
+SPREAD_KEYS = (
+    "auroc",
+    "fpr_at_95tpr",
+    "balanced_accuracy",
+    "paper_accuracy",
+    "false_reject_rate",
+    "ood_accept_rate",
+    "dims",
+)
+
+
+def seed_spread(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Median, min and max over evaluation reports that differ only in their seed.
+
+    The seed draws the splits (and, for cross-fitted benchmarks, the folds), so the
+    spread is how much one figure depends on which queries landed where.
+    ``{"seeds": [...], "mean": {DETECTOR: {KEY: {"median", "min", "max", "values"}}}}``.
+    """
+    if not reports:
+        raise ValueError("no reports")
+    dets = [d for d in reports[0]["mean"] if all(d in r["mean"] for r in reports)]
+    out: dict[str, Any] = {"seeds": [r["seed"] for r in reports], "mean": {}}
+    for d in dets:
+        row = {}
+        for key in SPREAD_KEYS:
+            vals = [float(r["mean"][d][key]) for r in reports if key in r["mean"][d]]
+            if len(vals) == len(reports):
+                row[key] = {
+                    "median": float(np.median(vals)),
+                    "min": min(vals),
+                    "max": max(vals),
+                    "values": vals,
+                }
+        out["mean"][d] = row
     return out

@@ -64,7 +64,9 @@ def default_grid(detector: str) -> list[Candidate]:
             )
             for C in (0.1, 1.0)
         ]
-        # + labelled neighbours: nearest ID / OOD training queries (2 * 2 columns)
+        # + labelled neighbours: nearest ID / OOD training queries (2 * 2 columns). Small m
+        # too: with a few hundred labelled queries (covid) 8-13 PCs generalise better, and
+        # the search's one-standard-error rule takes them where they do as well.
         with_nb: dict[str, Any] = {
             "features": [*with_cos["features"], "neighbours"],
             "neighbour_ks": list(COMBINED_NEIGHBOUR_KS),
@@ -72,7 +74,7 @@ def default_grid(detector: str) -> list[Candidate]:
         n_nb = 2 * len(COMBINED_NEIGHBOUR_KS)
         out += [
             c(detector, m, {"C": C, **with_nb}, COMBINED_RESIDUAL_KS)
-            for m in (20, MAX_DIMS - n_res - 1 - n_nb)
+            for m in (8, 13, 20, MAX_DIMS - n_res - 1 - n_nb)
             for C in (0.1, 1.0)
         ]
         return out

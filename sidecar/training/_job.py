@@ -2,7 +2,8 @@
 
 Steps: read the KB and labelled queries (or precomputed embeddings), embed what is text
 (cached), carve fit / validation / calibration splits (seeded), search the detector's
-hyperparameters on validation AUROC, refit and calibrate the conformal threshold, then
+hyperparameters on validation AUROC (the fewest dimensions within one standard error of
+the best), refit and calibrate the conformal threshold, then
 build the artifact and the report. Wall time and peak memory are recorded.
 
 The shipped model is refitted on fit + validation, so it is never scored on the validation

@@ -61,3 +61,17 @@ def paper_accuracy(
     a = rng.choice(a, n, replace=False) if a.size > n else a
     b = rng.choice(b, n, replace=False) if b.size > n else b
     return float((np.sum(a <= threshold) + np.sum(b > threshold)) / (2 * n))
+
+
+def auroc_standard_error(value: float, n_id: int, n_ood: int) -> float:
+    """Standard error of an AUROC of ``value`` measured on ``n_id`` ID and ``n_ood`` OOD scores.
+
+    Hanley & McNeil (1982), "The meaning and use of the area under a ROC curve", eq. 2,
+    with their exponential approximations of Q1 and Q2. Zero for a perfect separation.
+    """
+    if n_id < 1 or n_ood < 1:
+        raise ValueError("need at least one ID and one OOD score")
+    a = float(value)
+    q1, q2 = a / (2.0 - a), 2.0 * a * a / (1.0 + a)
+    var = (a * (1.0 - a) + (n_ood - 1) * (q1 - a * a) + (n_id - 1) * (q2 - a * a)) / (n_id * n_ood)
+    return float(np.sqrt(max(var, 0.0)))

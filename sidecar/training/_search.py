@@ -3,7 +3,9 @@
 :func:`carve_splits` cuts the labelled training embeddings (never evaluation data) into a
 fit part, a validation part and held-out ID calibration queries, with a fixed seed.
 :func:`search` fits every candidate of a detector's grid (m, radius quantile, C, ...) on
-the fit part, ranks them by validation AUROC (ties: fewer dimensions), refits the winner on
+the fit part, ranks them by validation AUROC and keeps the smallest one (fewest input
+dimensions) whose validation AUROC is within one standard error of the best (the
+one-standard-error rule; ``selection="best"`` keeps the best), refits the winner on
 fit + validation and calibrates its threshold on the calibration queries: the conformal
 quantile for a target false-reject rate (``threshold_rule="frr"``, the default), or the
 threshold that maximises
@@ -27,7 +29,7 @@ import numpy as np
 from sidecar.errors import ConfigError, DataError
 from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel, detector_class, fit_ood_model
 from sidecar.training._grid import MAX_DIMS, Candidate, default_grid
-from sidecar.training._metrics import auroc
+from sidecar.training._metrics import auroc, auroc_standard_error
 from sidecar.training._splits import TrainingSplits
 
 # PC selection criteria, in the order ``criterion="auto"`` prefers them on a tie.
@@ -36,6 +38,8 @@ CRITERIA = ("pvalue", "evr")
 log = logging.getLogger(__name__)
 
 THRESHOLD_RULES = ("frr", "balanced")
+# How the search picks among its candidates (see pick_candidate).
+SELECTIONS = ("one_se", "best")
 
 
 def balanced_threshold(id_scores: np.ndarray, ood_scores: np.ndarray) -> float:
@@ -67,6 +71,39 @@ def balanced_threshold(id_scores: np.ndarray, ood_scores: np.ndarray) -> float:
     ba = (tpr_id + tnr_ood) / 2.0
     best = np.flatnonzero(ba >= ba.max() - 1e-12)
     return float(cand[best[len(best) // 2]])
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """One fitted candidate's validation figures, as :func:`pick_candidate` sees them."""
+
+    val_auroc: float
+    dims: int
+    n_id: int
+    n_ood: int
+
+
+def pick_candidate(rows: Sequence[Ranked], selection: str = "one_se") -> int:
+    """Position in ``rows`` (grid order) of the candidate the search keeps.
+
+    ``"best"``: the highest validation AUROC (ties: fewer dimensions, then grid order).
+    ``"one_se"``: the fewest dimensions among the candidates whose validation AUROC is
+    within one standard error (Hanley & McNeil) of the best one's; among those the higher
+    AUROC, then grid order. A difference smaller than the validation split can measure
+    does not buy extra dimensions: the smaller model is cheaper and, with few labelled
+    queries, generalises better (the one-standard-error rule of Breiman et al., 1984).
+    """
+    if selection not in SELECTIONS:
+        raise ConfigError(f"selection must be one of {SELECTIONS}, not {selection!r}")
+    if not rows:
+        raise ValueError("no candidates to pick from")
+    best = max(range(len(rows)), key=lambda j: (rows[j].val_auroc, -rows[j].dims, -j))
+    if selection == "best":
+        return best
+    top = rows[best]
+    floor = top.val_auroc - auroc_standard_error(top.val_auroc, top.n_id, top.n_ood)
+    near = [j for j, r in enumerate(rows) if r.val_auroc >= floor]
+    return min(near, key=lambda j: (rows[j].dims, -rows[j].val_auroc, j))
 
 
 @dataclass
@@ -167,8 +204,12 @@ def search(
     target_frr: float = DEFAULT_TARGET_FRR,
     pca_method: str = "auto",
     threshold_rule: str = "frr",
+    selection: str = "one_se",
 ) -> SearchResult:
     """Pick ``detector``'s hyperparameters by validation AUROC, refit, calibrate.
+
+    ``selection``: how the validation AUROCs pick the winner (:func:`pick_candidate`); the
+    kept row of the returned table has ``"picked": True``.
 
     ``criterion``: ``"pvalue"``, ``"evr"``, or ``"auto"``, which searches the grid under
     both and keeps the better validation AUROC (p-value on a tie; its table rows carry a
@@ -196,6 +237,7 @@ def search(
                     target_frr=target_frr,
                     pca_method=pca_method,
                     threshold_rule=threshold_rule,
+                    selection=selection,
                 )
                 for c in CRITERIA
             }
@@ -216,13 +258,17 @@ def search(
         )
     if detector_class(detector).needs_ood and not splits.has_ood:
         raise ConfigError(f"detector {detector!r} needs OOD training queries")
+    if selection not in SELECTIONS:
+        raise ConfigError(f"selection must be one of {SELECTIONS}, not {selection!r}")
     table: list[dict[str, Any]] = []
-    best: tuple[float, int, int] | None = None
     best_cand: Candidate | None = None
     best_model: OODModel | None = None
     best_scores = None
+    val_auroc: float | None = None
+    # (validation figures, table row, candidate, model fitted on the fit part, val scores)
+    fitted: list[tuple[Ranked, dict[str, Any], Candidate, OODModel, Any]] = []
     can_rank = splits.has_ood and splits.ood_val is not None
-    for i, cand in enumerate(cands):
+    for cand in cands:
         try:
             model = _fit(
                 splits,
@@ -247,14 +293,20 @@ def search(
             s_id, s_ood = model.score(splits.id_val), model.score(splits.ood_val)
             val = auroc(s_id, s_ood)
             row["val_auroc"] = round(val, 6)
-            key = (val, -model.dims, -i)
-            if best is None or key > best:
-                best, best_cand, best_model, best_scores = key, cand, model, (s_id, s_ood)
+            figures = Ranked(val, model.dims, int(s_id.size), int(s_ood.size))
+            fitted.append((figures, row, cand, model, (s_id, s_ood)))
         elif best_cand is None:
             best_cand, best_model = cand, model
+            row["picked"] = True
         table.append(row)
         if not can_rank:
             break
+    if fitted:
+        kept, kept_row, best_cand, best_model, best_scores = fitted[
+            pick_candidate([r[0] for r in fitted], selection)
+        ]
+        kept_row["picked"] = True
+        val_auroc = kept.val_auroc
     if best_cand is None or best_model is None:
         raise ConfigError(f"no candidate of {detector!r} could be fitted: {table}")
     model = _fit(
@@ -270,7 +322,6 @@ def search(
         threshold_rule=threshold_rule,
     )
     val_model = best_model if threshold_rule == "frr" else _balanced(best_model, splits)
-    val_auroc = None if best is None else best[0]
     return SearchResult(model, best_cand, val_auroc, table, best_scores, val_model)
 
 

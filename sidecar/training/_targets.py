@@ -93,14 +93,20 @@ def targets(report: Mapping[str, Any]) -> list[dict[str, Any]]:
         if rule == "frr":
             rule += f" {report.get('target_frr')}"
         folds = report.get("fold_grouping", "random")
-        out.append(
-            {
-                "target": f"balanced accuracy of {prod} >= 0.985 (threshold rule {rule}, "
-                f"{folds} folds)",
-                "measured": ba,
-                "met": ba >= 0.985,
-            }
-        )
+        spread = (report.get("seed_spread") or {}).get("mean", {}).get(prod, {})
+        row: dict[str, Any] = {
+            "target": f"balanced accuracy of {prod} >= 0.985 (threshold rule {rule}, "
+            f"{folds} folds)",
+            "measured": ba,
+            "met": ba >= 0.985,
+        }
+        if "balanced_accuracy" in spread:
+            # Over several seeds, the median is judged: one seed's folds can be lucky.
+            med = spread["balanced_accuracy"]
+            row["target"] += f", median over seeds {report['seed_spread']['seeds']}"
+            row["measured"] = {"seed": report.get("seed"), "at_seed": ba, **med}
+            row["met"] = med["median"] >= 0.985
+        out.append(row)
         best = max(mean, key=lambda d: mean[d]["balanced_accuracy"])
         out.append(
             {

@@ -7,6 +7,7 @@ import pytest
 from sklearn.metrics import balanced_accuracy_score, roc_auc_score
 
 from sidecar.training import auroc, balanced_accuracy, fpr_at_tpr, paper_accuracy
+from sidecar.training._metrics import auroc_standard_error
 
 
 def test_auroc_matches_sklearn() -> None:
@@ -21,6 +22,21 @@ def test_auroc_hand_values() -> None:
     assert auroc(np.array([2.0, 3.0]), np.array([0.0, 1.0])) == 0.0
     # one of four ID/OOD pairs inverted
     assert auroc(np.array([0.0, 2.5]), np.array([2.0, 3.0])) == 0.75
+
+
+def test_auroc_standard_error_hand_value_and_bootstrap() -> None:
+    # Hanley & McNeil eq. 2 by hand: A = 0.9, 50 scores a side -> Q1 = 0.818, Q2 = 0.853.
+    assert auroc_standard_error(0.9, 50, 50) == pytest.approx(0.03212, abs=1e-4)
+    assert auroc_standard_error(1.0, 40, 60) == 0.0
+    assert auroc_standard_error(0.9, 500, 500) < auroc_standard_error(0.9, 50, 50)
+    # ... and close to the spread of the AUROC over resampled score sets.
+    rng = np.random.default_rng(1)
+    s_id, s_ood = rng.normal(0, 1, 80), rng.normal(1.5, 1, 120)
+    boot = [auroc(rng.choice(s_id, s_id.size), rng.choice(s_ood, s_ood.size)) for _ in range(400)]
+    se = auroc_standard_error(auroc(s_id, s_ood), s_id.size, s_ood.size)
+    assert se == pytest.approx(float(np.std(boot)), rel=0.3)
+    with pytest.raises(ValueError):
+        auroc_standard_error(0.5, 0, 10)
 
 
 def test_fpr_at_95tpr_hand_value() -> None:

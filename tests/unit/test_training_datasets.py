@@ -127,6 +127,17 @@ def test_covid_dev_layout(tmp_path: Path) -> None:
     assert task.cross_fit > 1 and task.id_train == ()
 
 
+def test_covid_takes_clincs_larger_oos_training_set_where_present(tmp_path: Path) -> None:
+    _covid(tmp_path)
+    (task,) = load_covid(tmp_path, "dev")
+    assert set(task.ood_train) == {"oos t1", "oos t2"}  # data_full.json's oos_train
+    plus = json.loads((tmp_path / "clinc150" / "data_full.json").read_text())
+    plus["oos_train"] += [["oos t3", "oos"], ["OOS v1!", "oos"]]  # the second is held out
+    (tmp_path / "clinc150" / "data_oos_plus.json").write_text(json.dumps(plus))
+    (task,) = load_covid(tmp_path, "dev")
+    assert set(task.ood_train) == {"oos t1", "oos t2", "oos t3"}
+
+
 def test_covid_paraphrases_share_their_questions_group(tmp_path: Path) -> None:
     _covid(tmp_path)
     (task,) = load_covid(tmp_path, "dev")

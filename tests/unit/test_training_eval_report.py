@@ -100,3 +100,28 @@ def test_cli_writes_beside_the_json_by_default(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["eval-report", str(src)])
     assert res.exit_code == 0, res.output
     assert (tmp_path / "eval_x_report" / "report.md").is_file()
+
+
+def test_seed_spread_judges_the_covid_target_on_the_median(tmp_path: Path) -> None:
+    from sidecar.training._evaluate import seed_spread
+
+    reports = []
+    for seed, ba in ((0, 0.99), (1, 0.95), (2, 0.96)):
+        r = _report()
+        r.update(benchmark="covid", seed=seed, threshold_rule="frr", target_frr=0.01)
+        r["mean"]["combined"]["balanced_accuracy"] = ba
+        reports.append(r)
+    spread = seed_spread(reports)
+    ba = spread["mean"]["combined"]["balanced_accuracy"]
+    assert spread["seeds"] == [0, 1, 2]
+    assert (ba["median"], ba["min"], ba["max"]) == (0.96, 0.95, 0.99)
+    report = reports[0]
+    lucky = next(t for t in targets(report) if "balanced accuracy of combined" in t["target"])
+    assert lucky["met"]  # seed 0 alone reaches 0.985 ...
+    report["seed_spread"] = spread
+    judged = next(t for t in targets(report) if "balanced accuracy of combined" in t["target"])
+    assert not judged["met"] and judged["measured"]["median"] == 0.96  # ... the median not
+    assert judged["measured"]["at_seed"] == 0.99
+    text = write_eval_report(report, tmp_path).read_text()
+    assert "## Spread over seeds [0, 1, 2]" in text
+    assert "0.9600 [0.9500, 0.9900]" in text

@@ -176,3 +176,66 @@ def test_protocol_fits_every_paper_detector_under_both_criteria() -> None:
     assert proto["logreg"]["pvalue"]["auroc"] > 0.9
     table = protocol_table({"t": proto})
     assert table["paper_detectors_mean"]["detectors"] == list(PAPER_DETECTORS)
+
+
+def test_one_se_rule_keeps_the_smaller_candidate_within_one_standard_error() -> None:
+    from sidecar.training._metrics import auroc_standard_error
+    from sidecar.training._search import Ranked, pick_candidate
+
+    se = auroc_standard_error(0.95, 100, 100)  # about 0.015
+    rows = [Ranked(0.95, 30, 100, 100), Ranked(0.95 - se / 2, 10, 100, 100)]
+    assert pick_candidate(rows, "best") == 0
+    assert pick_candidate(rows, "one_se") == 1
+    # further than one standard error below the best: the larger model is worth it
+    rows[1] = Ranked(0.95 - 2 * se, 10, 100, 100)
+    assert pick_candidate(rows, "one_se") == 0
+    # more validation queries, smaller standard error: the same gap now counts
+    big = [Ranked(0.95, 30, 10_000, 10_000), Ranked(0.95 - se / 2, 10, 10_000, 10_000)]
+    assert pick_candidate(big, "one_se") == 0
+    with pytest.raises(ConfigError, match="selection"):
+        pick_candidate(rows, "smallest")
+
+
+def _overlapping_embed(shrink: float):
+    """Like _emb_factory, but OOD sits at (1 - shrink) x the ID centre: validation AUROC < 1."""
+    centre = np.random.default_rng(42).normal(size=DIM)
+
+    def embed(texts):
+        rows = []
+        for t in texts:
+            r = np.random.default_rng(sum(ord(c) * 31**i for i, c in enumerate(t)) % 2**32)
+            base = centre if t.startswith(("kb", "id")) else (1 - shrink) * centre
+            v = base + r.normal(size=DIM)
+            rows.append((v / np.linalg.norm(v)).astype(np.float32))
+        return np.asarray(rows)
+
+    return embed
+
+
+def test_search_marks_the_kept_candidate_and_follows_the_selection_rule() -> None:
+    embed = _overlapping_embed(0.5)
+    t = _task()
+    s = carve_splits(embed(t.kb_texts), embed(t.id_train), embed(t.ood_train), seed=0)
+    grid = [Candidate("logreg", m, {"C": 1.0}) for m in (1, 2, 4, 8)]
+    kept = {}
+    for rule in ("best", "one_se"):
+        res = search(
+            s,
+            "logreg",
+            kb_name="t",
+            encoder={"name": "fake", "dim": DIM},
+            grid=grid,
+            selection=rule,
+        )
+        picked = [row for row in res.table if row.get("picked")]
+        assert len(picked) == 1 and picked[0]["m"] == res.best.m
+        assert res.val_auroc == pytest.approx(picked[0]["val_auroc"], abs=1e-6)
+        kept[rule] = res.best
+    from sidecar.training._metrics import auroc_standard_error
+
+    aucs = {row["m"]: row["val_auroc"] for row in res.table}
+    best_m = max(aucs, key=lambda m: (aucs[m], -m))
+    floor = aucs[best_m] - auroc_standard_error(aucs[best_m], len(s.id_val), len(s.ood_val))
+    assert kept["best"].m == best_m
+    assert kept["one_se"].m == min(m for m in aucs if aucs[m] >= floor - 1e-6)
+    assert kept["one_se"].m < kept["best"].m  # this data: a smaller m within one SE

@@ -11,6 +11,7 @@ import click
 from sidecar.cli._options import (
     blas_threads_option,
     cache_dir_option,
+    calibration_option,
     criterion_option,
     encoder_option,
     no_progress_option,
@@ -59,6 +60,7 @@ from sidecar.cli._root import main
 @criterion_option("PC selection for the searched detectors.")
 @target_frr_option
 @threshold_rule_option
+@calibration_option
 @seed_option
 @cache_dir_option
 @blas_threads_option
@@ -112,6 +114,7 @@ def eval_command(
     criterion: str,
     target_frr: float,
     threshold_rule: str,
+    calibration: str,
     seed: int,
     cache_dir: Path | None,
     blas_threads: int,
@@ -177,6 +180,7 @@ def eval_command(
             threshold_rule=threshold_rule,
             fold_grouping=fold_grouping,
             protocol=protocol,
+            calibration=calibration,
         )
 
     with threadpool_limits(limits=blas_threads):

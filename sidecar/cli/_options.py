@@ -47,6 +47,17 @@ threshold_rule_option = click.option(
     "balanced accuracy on held-out ID + OOD training queries (needs OOD queries).",
 )
 
+calibration_option = click.option(
+    "--calibration",
+    default="split",
+    show_default=True,
+    type=click.Choice(["split", "cross"]),
+    help="frr rule: split calibrates on the held-out calibration part (the conformal "
+    "guarantee holds); cross ships a model fitted on every ID training query and "
+    "calibrates on 5-fold out-of-fold scores (a steadier threshold with few queries, no "
+    "finite-sample guarantee).",
+)
+
 seed_option = click.option(
     "--seed", default=0, show_default=True, type=int, help="Seed of splits and fits."
 )

@@ -12,6 +12,7 @@ import click
 from sidecar.cli._options import (
     blas_threads_option,
     cache_dir_option,
+    calibration_option,
     criterion_option,
     encoder_option,
     no_progress_option,
@@ -68,6 +69,7 @@ _PATH = click.Path(path_type=Path)
 )
 @target_frr_option
 @threshold_rule_option
+@calibration_option
 @seed_option
 @click.option("--out", required=True, type=_PATH, help="Artifact directory to write.")
 @click.option("--report", "report_dir", type=_PATH, help="Report directory [default: OUT/report].")
@@ -145,6 +147,7 @@ def train_command(**opts: Any) -> None:
         seed=opts["seed"],
         pca_method=opts["pca_method"],
         threshold_rule=opts["threshold_rule"],
+        calibration=opts["calibration"],
     )
     # Inputs first (with their own encoding bar): a bad path fails before any other output.
     inputs, embed_s = load_inputs(opts, settings, progress=progress)

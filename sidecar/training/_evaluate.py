@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from sidecar.errors import ConfigError, DataError
+from sidecar.errors import ConfigError
 from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel
 from sidecar.training._datasets import KBTask
 from sidecar.training._grid import Candidate
@@ -29,7 +29,7 @@ from sidecar.training._metrics import (
     paper_accuracy,
 )
 from sidecar.training._search import fixed_fit, search
-from sidecar.training._splits import OOD_CAL_FRACTION, carve_splits
+from sidecar.training._splits import OOD_CAL_FRACTION, carve_splits, group_folds
 from sidecar.training._targets import PROTOCOL_M, protocol_table, targets
 
 log = logging.getLogger(__name__)
@@ -116,20 +116,6 @@ def _random_folds(n: int, k: int, rng: np.random.Generator) -> list[np.ndarray]:
     return [np.sort(f) for f in np.array_split(rng.permutation(n), k)]
 
 
-def _folds(groups: np.ndarray, k: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """``k`` folds of row indices; each group whole in one fold, folds of similar size."""
-    _, labels, sizes = np.unique(groups, return_inverse=True, return_counts=True)
-    if len(sizes) < k:
-        raise DataError(f"{len(sizes)} groups of evaluation queries cannot fill {k} folds")
-    order = rng.permutation(len(sizes))
-    order = order[np.argsort(-sizes[order], kind="stable")]  # largest groups first
-    fold_of, load = np.empty(len(sizes), dtype=int), np.zeros(k, dtype=int)
-    for g in order:
-        f = int(np.argmin(load))
-        fold_of[g], load[f] = f, load[f] + sizes[g]
-    return [np.flatnonzero(fold_of[labels] == f) for f in range(k)]
-
-
 class _Pool:
     """Scores of one detector gathered over folds."""
 
@@ -189,6 +175,7 @@ def evaluate_task(
     grids: Mapping[str, Sequence[Candidate]] | None = None,
     threshold_rule: str = "frr",
     fold_grouping: str = "grouped",
+    calibration: str = "split",
 ) -> dict[str, Any]:
     """Metrics of every detector on one KB: ``{"detectors": {...}, "protocol": {...}}``.
 
@@ -213,7 +200,11 @@ def evaluate_task(
         g_id = near_duplicate_groups(E_ide, task.id_eval_groups)
         g_ood = near_duplicate_groups(E_oode)
         folds = list(
-            zip(_folds(g_id, task.cross_fit, rng), _folds(g_ood, task.cross_fit, rng), strict=True)
+            zip(
+                group_folds(g_id, task.cross_fit, rng),
+                group_folds(g_ood, task.cross_fit, rng),
+                strict=True,
+            )
         )
     elif task.cross_fit > 1:
         folds = list(
@@ -268,6 +259,7 @@ def evaluate_task(
                 seed=seed,
                 target_frr=target_frr,
                 threshold_rule=threshold_rule if splits.ood_cal is not None else "frr",
+                calibration=calibration,
             )
             info = {
                 "m": res.model.m,
@@ -275,6 +267,8 @@ def evaluate_task(
                 "params": res.best.describe()["params"],
                 "residual_ks": list(res.model.residual_ks),
                 "val_auroc": res.val_auroc,
+                "calibration": res.model.metrics.get("calibration", "split"),
+                "n_calibration": res.model.metrics.get("n_calibration"),
                 "search_s": round(time.perf_counter() - t0, 2),
                 "candidates": len(res.table),
             }
@@ -322,6 +316,7 @@ def evaluate_benchmark(
     threshold_rule: str = "frr",
     fold_grouping: str = "grouped",
     protocol: bool = True,
+    calibration: str = "split",
 ) -> dict[str, Any]:
     """Run :func:`evaluate_task` on every KB and assemble the report JSON.
 
@@ -347,6 +342,7 @@ def evaluate_benchmark(
             threshold_rule=threshold_rule,
             fold_grouping=fold_grouping,
             protocol=protocol,
+            calibration=calibration,
         )
         per_kb[task.name] = res["detectors"]
         by_kb[task.name] = res["protocol"]
@@ -360,10 +356,11 @@ def evaluate_benchmark(
         "target_frr": target_frr,
         "threshold_rule": threshold_rule,
         "fold_grouping": fold_grouping,
+        "calibration": calibration,
         "kbs": per_kb,
         "mean": mean,
         "pvalue_vs_evr": protocol_table(by_kb),
-        # How evaluation queries are kept from training (see _datasets and _folds).
+        # How evaluation queries are kept from training (see _datasets and group_folds).
         "leakage_guards": {
             "training_texts_equal_to_evaluation_texts": "removed (lower-cased, "
             "punctuation and spacing ignored)",

@@ -70,6 +70,7 @@ class TrainConfig:
     seed: int = 0
     pca_method: str = "auto"
     threshold_rule: str = "frr"
+    calibration: str = "split"
 
 
 @dataclass
@@ -179,6 +180,7 @@ def train(
         target_frr=cfg.target_frr,
         pca_method=cfg.pca_method,
         threshold_rule=cfg.threshold_rule,
+        calibration=cfg.calibration,
     )
     step("search")
     t2 = time.perf_counter()
@@ -320,6 +322,7 @@ def report_data(
         "threshold": model.threshold,
         "target_frr": cfg.target_frr,
         "threshold_rule": cfg.threshold_rule,
+        "calibration": cfg.calibration,
         "params": result.search.best.describe(),
         **result.validation,
         **result.stats,

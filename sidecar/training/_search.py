@@ -27,10 +27,16 @@ from typing import Any
 import numpy as np
 
 from sidecar.errors import ConfigError, DataError
-from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel, detector_class, fit_ood_model
+from sidecar.scoring import (
+    DEFAULT_TARGET_FRR,
+    OODModel,
+    conformal_threshold,
+    detector_class,
+    fit_ood_model,
+)
 from sidecar.training._grid import MAX_DIMS, Candidate, default_grid
 from sidecar.training._metrics import auroc, auroc_standard_error
-from sidecar.training._splits import TrainingSplits
+from sidecar.training._splits import TrainingSplits, group_folds
 
 # PC selection criteria, in the order ``criterion="auto"`` prefers them on a tie.
 CRITERIA = ("pvalue", "evr")
@@ -40,6 +46,10 @@ log = logging.getLogger(__name__)
 THRESHOLD_RULES = ("frr", "balanced")
 # How the search picks among its candidates (see pick_candidate).
 SELECTIONS = ("one_se", "best")
+# How the shipped model's conformal threshold is calibrated (see search).
+CALIBRATIONS = ("split", "cross")
+# Folds of the cross-calibration.
+CROSS_FOLDS = 5
 
 
 def balanced_threshold(id_scores: np.ndarray, ood_scores: np.ndarray) -> float:
@@ -172,6 +182,49 @@ def _fit(
     return _balanced(model, splits)
 
 
+def _cross_calibrated(
+    splits: TrainingSplits,
+    cand: Candidate,
+    *,
+    folds: int = CROSS_FOLDS,
+    **fit: Any,
+) -> OODModel:
+    """``cand`` fitted on every ID training query, its threshold cross-calibrated.
+
+    The ID queries of fit, validation and calibration are cut into ``folds`` seeded folds
+    (whole groups, where ``splits.id_groups`` has them); each fold is scored by the
+    candidate fitted on the others, and the conformal quantile of all those out-of-fold
+    scores is the threshold of the model fitted on them all. Every ID query calibrates,
+    instead of the calibration part alone, so the threshold is a less extreme order
+    statistic and moves less with the split; the price is the finite-sample guarantee,
+    which holds for a split threshold only (the out-of-fold models are not the shipped
+    one). The OOD side of every fit is the OOD fit + validation queries.
+    """
+    E = np.vstack([splits.id_fit, splits.id_val, splits.id_cal])
+    groups = np.arange(len(E)) if splits.id_groups is None else splits.id_groups
+    ood = None
+    if splits.has_ood:
+        ood = np.vstack([p for p in (splits.ood_fit, splits.ood_val) if p is not None])
+    rng = np.random.default_rng(fit["seed"])
+    oof = np.empty(len(E))
+    for held in group_folds(groups, folds, rng):
+        rest = np.setdiff1d(np.arange(len(E)), held)
+        part = TrainingSplits(splits.kb, E[rest], E[held], E[held], ood)
+        oof[held] = _fit(part, cand, final=False, **fit).score(E[held])
+    whole = TrainingSplits(splits.kb, E, E[:0], E, ood)
+    model = _fit(whole, cand, final=False, **fit)
+    thr = conformal_threshold(oof, fit["target_frr"])
+    metrics = {
+        **model.metrics,
+        "calibration": "cross",
+        "calibration_folds": folds,
+        "n_calibration": int(oof.size),
+        "calibration_frr": float(np.mean(oof > thr)),
+    }
+    params = {**model.params, "calibration": "cross"}
+    return dataclasses.replace(model, threshold=thr, metrics=metrics, params=params)
+
+
 def _balanced(model: OODModel, splits: TrainingSplits) -> OODModel:
     """``model`` with its threshold moved to the best balanced accuracy on calibration data."""
     if splits.ood_cal is None:
@@ -205,11 +258,15 @@ def search(
     pca_method: str = "auto",
     threshold_rule: str = "frr",
     selection: str = "one_se",
+    calibration: str = "split",
 ) -> SearchResult:
     """Pick ``detector``'s hyperparameters by validation AUROC, refit, calibrate.
 
     ``selection``: how the validation AUROCs pick the winner (:func:`pick_candidate`); the
-    kept row of the returned table has ``"picked": True``.
+    kept row of the returned table has ``"picked": True``. ``calibration`` (threshold
+    rule ``"frr"``): ``"split"`` refits the winner on fit + validation and calibrates on
+    the calibration part (the conformal guarantee holds); ``"cross"`` refits it on all ID
+    training queries and calibrates on their out-of-fold scores (:func:`_cross_calibrated`).
 
     ``criterion``: ``"pvalue"``, ``"evr"``, or ``"auto"``, which searches the grid under
     both and keeps the better validation AUROC (p-value on a tie; its table rows carry a
@@ -238,6 +295,7 @@ def search(
                     pca_method=pca_method,
                     threshold_rule=threshold_rule,
                     selection=selection,
+                    calibration=calibration,
                 )
                 for c in CRITERIA
             }
@@ -260,6 +318,10 @@ def search(
         raise ConfigError(f"detector {detector!r} needs OOD training queries")
     if selection not in SELECTIONS:
         raise ConfigError(f"selection must be one of {SELECTIONS}, not {selection!r}")
+    if calibration not in CALIBRATIONS:
+        raise ConfigError(f"calibration must be one of {CALIBRATIONS}, not {calibration!r}")
+    if calibration == "cross" and threshold_rule != "frr":
+        raise ConfigError("cross-calibration applies to the 'frr' threshold rule only")
     table: list[dict[str, Any]] = []
     best_cand: Candidate | None = None
     best_model: OODModel | None = None
@@ -309,18 +371,30 @@ def search(
         val_auroc = kept.val_auroc
     if best_cand is None or best_model is None:
         raise ConfigError(f"no candidate of {detector!r} could be fitted: {table}")
-    model = _fit(
-        splits,
-        best_cand,
-        kb_name=kb_name,
-        encoder=encoder,
-        criterion=criterion,
-        seed=seed,
-        target_frr=target_frr,
-        final=True,
-        pca_method=pca_method,
-        threshold_rule=threshold_rule,
-    )
+    if calibration == "cross":
+        model = _cross_calibrated(
+            splits,
+            best_cand,
+            kb_name=kb_name,
+            encoder=encoder,
+            criterion=criterion,
+            seed=seed,
+            target_frr=target_frr,
+            pca_method=pca_method,
+        )
+    else:
+        model = _fit(
+            splits,
+            best_cand,
+            kb_name=kb_name,
+            encoder=encoder,
+            criterion=criterion,
+            seed=seed,
+            target_frr=target_frr,
+            final=True,
+            pca_method=pca_method,
+            threshold_rule=threshold_rule,
+        )
     val_model = best_model if threshold_rule == "frr" else _balanced(best_model, splits)
     return SearchResult(model, best_cand, val_auroc, table, best_scores, val_model)
 

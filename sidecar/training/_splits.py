@@ -34,10 +34,27 @@ class TrainingSplits:
     ood_fit: np.ndarray | None = None
     ood_val: np.ndarray | None = None
     ood_cal: np.ndarray | None = None
+    # Group label of each ID row of id_fit, id_val and id_cal (in that order), when the
+    # training queries came in groups: cross-calibration keeps each group in one fold.
+    id_groups: np.ndarray | None = None
 
     @property
     def has_ood(self) -> bool:
         return self.ood_fit is not None and len(self.ood_fit) >= 2
+
+
+def group_folds(groups: np.ndarray, k: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """``k`` folds of row indices; each group whole in one fold, folds of similar size."""
+    _, labels, sizes = np.unique(groups, return_inverse=True, return_counts=True)
+    if len(sizes) < k:
+        raise DataError(f"{len(sizes)} groups of queries cannot fill {k} folds")
+    order = rng.permutation(len(sizes))
+    order = order[np.argsort(-sizes[order], kind="stable")]  # largest groups first
+    fold_of, load = np.empty(len(sizes), dtype=int), np.zeros(k, dtype=int)
+    for g in order:
+        f = int(np.argmin(load))
+        fold_of[g], load[f] = f, load[f] + sizes[g]
+    return [np.flatnonzero(fold_of[labels] == f) for f in range(k)]
 
 
 def _take(E: np.ndarray, idx: np.ndarray) -> np.ndarray:
@@ -128,6 +145,10 @@ def carve_splits(
             raise DataError(
                 f"{len(ood_train)} OOD training queries in groups too large to fit and validate"
             )
+    labels = None
+    if id_groups is not None:
+        g = np.asarray(id_groups)
+        labels = np.concatenate([g[np.sort(part)] for part in (fit, val, cal)])
     return TrainingSplits(
         np.asarray(kb, dtype=np.float32),
         _take(id_train, fit),
@@ -136,4 +157,5 @@ def carve_splits(
         ood_fit,
         ood_val,
         ood_cal,
+        labels,
     )

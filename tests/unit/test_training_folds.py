@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sidecar.training._evaluate import _folds, near_duplicate_groups
+from sidecar.training._evaluate import near_duplicate_groups
+from sidecar.training._splits import group_folds
 
 
 def test_near_duplicates_and_given_groups_join_transitively() -> None:
@@ -20,13 +21,13 @@ def test_near_duplicates_and_given_groups_join_transitively() -> None:
 def test_folds_keep_groups_whole_and_balanced() -> None:
     rng = np.random.default_rng(1)
     groups = np.repeat(np.arange(40), rng.integers(1, 6, size=40))
-    folds = _folds(groups, 5, np.random.default_rng(0))
+    folds = group_folds(groups, 5, np.random.default_rng(0))
     assert sorted(np.concatenate(folds).tolist()) == list(range(len(groups)))
     for g in np.unique(groups):
         assert sum(bool(np.isin(np.flatnonzero(groups == g), f).any()) for f in folds) == 1
     sizes = [len(f) for f in folds]
     assert max(sizes) - min(sizes) <= 5  # at most one group apart
-    again = _folds(groups, 5, np.random.default_rng(0))
+    again = group_folds(groups, 5, np.random.default_rng(0))
     assert all(np.array_equal(a, b) for a, b in zip(folds, again, strict=True))  # seeded
 
 
@@ -36,7 +37,7 @@ def test_fewer_groups_than_folds_is_a_clear_error() -> None:
     from sidecar.errors import DataError
 
     with pytest.raises(DataError, match="cannot fill 5 folds"):
-        _folds(np.array([0, 0, 1, 1, 2]), 5, np.random.default_rng(0))
+        group_folds(np.array([0, 0, 1, 1, 2]), 5, np.random.default_rng(0))
 
 
 def test_grouped_training_splits_never_split_a_group() -> None:

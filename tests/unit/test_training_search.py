@@ -239,3 +239,58 @@ def test_search_marks_the_kept_candidate_and_follows_the_selection_rule() -> Non
     assert kept["best"].m == best_m
     assert kept["one_se"].m == min(m for m in aucs if aucs[m] >= floor - 1e-6)
     assert kept["one_se"].m < kept["best"].m  # this data: a smaller m within one SE
+
+
+def test_cross_calibration_fits_every_id_query_and_calibrates_out_of_fold() -> None:
+    from sidecar.scoring import conformal_threshold
+
+    embed = _overlapping_embed(0.5)
+    t = _task()
+    s = carve_splits(embed(t.kb_texts), embed(t.id_train), embed(t.ood_train), seed=0)
+    grid = [Candidate("logreg", 4, {"C": 1.0})]
+    enc = {"name": "fake", "dim": DIM}
+    split = search(s, "logreg", kb_name="t", encoder=enc, grid=grid)
+    cross = search(s, "logreg", kb_name="t", encoder=enc, grid=grid, calibration="cross")
+    n_id = len(s.id_fit) + len(s.id_val) + len(s.id_cal)
+    assert split.model.metrics["n_id_fit"] == len(s.id_fit) + len(s.id_val)
+    assert cross.model.metrics["n_id_fit"] == n_id  # the calibration queries are fitted too
+    assert cross.model.metrics["calibration"] == "cross"
+    assert cross.model.metrics["n_calibration"] == n_id
+    assert cross.model.params["calibration"] == "cross"
+    # The threshold is not the fitted model's own quantile on its training queries (those
+    # score lower than unseen ones): it comes from the out-of-fold scores, and it is higher.
+    E = np.vstack([s.id_fit, s.id_val, s.id_cal])
+    in_sample = conformal_threshold(cross.model.score(E), 0.01)
+    assert cross.model.threshold > in_sample
+    assert cross.model.metrics["calibration_frr"] <= 0.01 + 1 / n_id
+    # the validation figures still come from the fit-part model, as with split calibration
+    np.testing.assert_array_equal(split.val_scores[0], cross.val_scores[0])
+
+
+def test_cross_calibration_needs_the_frr_rule_and_a_known_name() -> None:
+    embed = _emb_factory()
+    t = _task()
+    s = carve_splits(
+        embed(t.kb_texts), embed(t.id_train), embed(t.ood_train), seed=0, ood_cal_fraction=0.2
+    )
+    enc = {"name": "fake", "dim": DIM}
+    with pytest.raises(ConfigError, match="frr"):
+        search(
+            s, "logreg", kb_name="t", encoder=enc, threshold_rule="balanced", calibration="cross"
+        )
+    with pytest.raises(ConfigError, match="calibration"):
+        search(s, "logreg", kb_name="t", encoder=enc, calibration="jackknife")
+
+
+def test_carve_splits_keeps_each_rows_group_label_with_it() -> None:
+    rng = np.random.default_rng(0)
+    n = 60
+    ids = np.c_[np.arange(n, dtype=np.float32), rng.normal(size=(n, 3))]  # column 0: row
+    groups = np.arange(n) // 3
+    s = carve_splits(rng.normal(size=(20, 4)), ids, None, seed=1, id_groups=groups)
+    assert s.id_groups is not None
+    rows = np.concatenate([s.id_fit[:, 0], s.id_val[:, 0], s.id_cal[:, 0]]).astype(int)
+    np.testing.assert_array_equal(s.id_groups, groups[rows])
+    # and no group is split between the parts
+    part = np.repeat([0, 1, 2], [len(s.id_fit), len(s.id_val), len(s.id_cal)])
+    assert all(len(set(part[s.id_groups == g])) == 1 for g in np.unique(groups))

@@ -114,7 +114,7 @@ def eval_command(
     criterion: str,
     target_frr: float,
     threshold_rule: str,
-    calibration: str,
+    calibration: str | None,
     seed: int,
     cache_dir: Path | None,
     blas_threads: int,

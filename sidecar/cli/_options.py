@@ -49,13 +49,13 @@ threshold_rule_option = click.option(
 
 calibration_option = click.option(
     "--calibration",
-    default="split",
-    show_default=True,
-    type=click.Choice(["split", "cross"]),
-    help="frr rule: split calibrates on the held-out calibration part (the conformal "
-    "guarantee holds); cross ships a model fitted on every ID training query and "
-    "calibrates on 5-fold out-of-fold scores (a steadier threshold with few queries, no "
-    "finite-sample guarantee).",
+    default=None,
+    type=click.Choice(["cross", "split"]),
+    help="frr rule: cross ships a model fitted on every ID training query, its threshold "
+    "the conformal quantile of 5-fold out-of-fold scores (a steadier threshold; no "
+    "finite-sample guarantee); split calibrates on a held-out calibration part only (the "
+    "conformal guarantee holds, the threshold moves more with the split). "
+    "[default: cross; split for --threshold-rule balanced]",
 )
 
 seed_option = click.option(

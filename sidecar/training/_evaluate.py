@@ -28,7 +28,7 @@ from sidecar.training._metrics import (
     fpr_at_tpr,
     paper_accuracy,
 )
-from sidecar.training._search import fixed_fit, search
+from sidecar.training._search import fixed_fit, resolve_calibration, search
 from sidecar.training._splits import OOD_CAL_FRACTION, carve_splits, group_folds
 from sidecar.training._targets import PROTOCOL_M, protocol_table, targets
 
@@ -175,7 +175,7 @@ def evaluate_task(
     grids: Mapping[str, Sequence[Candidate]] | None = None,
     threshold_rule: str = "frr",
     fold_grouping: str = "grouped",
-    calibration: str = "split",
+    calibration: str | None = None,
 ) -> dict[str, Any]:
     """Metrics of every detector on one KB: ``{"detectors": {...}, "protocol": {...}}``.
 
@@ -316,7 +316,7 @@ def evaluate_benchmark(
     threshold_rule: str = "frr",
     fold_grouping: str = "grouped",
     protocol: bool = True,
-    calibration: str = "split",
+    calibration: str | None = None,
 ) -> dict[str, Any]:
     """Run :func:`evaluate_task` on every KB and assemble the report JSON.
 
@@ -356,7 +356,7 @@ def evaluate_benchmark(
         "target_frr": target_frr,
         "threshold_rule": threshold_rule,
         "fold_grouping": fold_grouping,
-        "calibration": calibration,
+        "calibration": resolve_calibration(threshold_rule, calibration),
         "kbs": per_kb,
         "mean": mean,
         "pvalue_vs_evr": protocol_table(by_kb),

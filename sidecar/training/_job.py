@@ -70,7 +70,7 @@ class TrainConfig:
     seed: int = 0
     pca_method: str = "auto"
     threshold_rule: str = "frr"
-    calibration: str = "split"
+    calibration: str | None = None  # cross for the frr rule
 
 
 @dataclass
@@ -322,7 +322,7 @@ def report_data(
         "threshold": model.threshold,
         "target_frr": cfg.target_frr,
         "threshold_rule": cfg.threshold_rule,
-        "calibration": cfg.calibration,
+        "calibration": model.metrics.get("calibration", "split"),
         "params": result.search.best.describe(),
         **result.validation,
         **result.stats,

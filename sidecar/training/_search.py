@@ -52,6 +52,17 @@ CALIBRATIONS = ("split", "cross")
 CROSS_FOLDS = 5
 
 
+def resolve_calibration(threshold_rule: str, calibration: str | None) -> str:
+    """The calibration a search uses: ``None`` means cross for the frr rule, else split."""
+    if calibration is None:
+        return "cross" if threshold_rule == "frr" else "split"
+    if calibration not in CALIBRATIONS:
+        raise ConfigError(f"calibration must be one of {CALIBRATIONS}, not {calibration!r}")
+    if calibration == "cross" and threshold_rule != "frr":
+        raise ConfigError("cross-calibration applies to the 'frr' threshold rule only")
+    return calibration
+
+
 def balanced_threshold(id_scores: np.ndarray, ood_scores: np.ndarray) -> float:
     """The threshold maximising balanced accuracy of ``score > threshold`` = OOD.
 
@@ -258,15 +269,16 @@ def search(
     pca_method: str = "auto",
     threshold_rule: str = "frr",
     selection: str = "one_se",
-    calibration: str = "split",
+    calibration: str | None = None,
 ) -> SearchResult:
     """Pick ``detector``'s hyperparameters by validation AUROC, refit, calibrate.
 
     ``selection``: how the validation AUROCs pick the winner (:func:`pick_candidate`); the
     kept row of the returned table has ``"picked": True``. ``calibration`` (threshold
-    rule ``"frr"``): ``"split"`` refits the winner on fit + validation and calibrates on
-    the calibration part (the conformal guarantee holds); ``"cross"`` refits it on all ID
-    training queries and calibrates on their out-of-fold scores (:func:`_cross_calibrated`).
+    rule ``"frr"``): ``"cross"`` (the default, ``None``) refits the winner on all ID
+    training queries and calibrates on their out-of-fold scores (:func:`_cross_calibrated`);
+    ``"split"`` refits it on fit + validation and calibrates on the calibration part (the
+    finite-sample conformal guarantee holds).
 
     ``criterion``: ``"pvalue"``, ``"evr"``, or ``"auto"``, which searches the grid under
     both and keeps the better validation AUROC (p-value on a tie; its table rows carry a
@@ -318,10 +330,7 @@ def search(
         raise ConfigError(f"detector {detector!r} needs OOD training queries")
     if selection not in SELECTIONS:
         raise ConfigError(f"selection must be one of {SELECTIONS}, not {selection!r}")
-    if calibration not in CALIBRATIONS:
-        raise ConfigError(f"calibration must be one of {CALIBRATIONS}, not {calibration!r}")
-    if calibration == "cross" and threshold_rule != "frr":
-        raise ConfigError("cross-calibration applies to the 'frr' threshold rule only")
+    calibration = resolve_calibration(threshold_rule, calibration)
     table: list[dict[str, Any]] = []
     best_cand: Candidate | None = None
     best_model: OODModel | None = None

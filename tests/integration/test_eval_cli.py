@@ -43,9 +43,10 @@ def test_eval_writes_the_documented_json_and_its_report(shared_data: Path, tmp_p
     assert set(doc["pvalue_vs_evr"]["detectors"]) == {c.detector for c in PROTOCOL_CANDIDATES}
     assert any(t["target"].startswith("balanced accuracy of combined") for t in doc["targets"])
     assert (report / "report.md").is_file() and (report / "auroc_by_kb.png").is_file()
-    assert doc["calibration"] == "split" and "seed_spread" not in doc
+    assert doc["calibration"] == "cross" and "seed_spread" not in doc  # the default
+    cross_cal = [f["n_calibration"] for f in doc["kbs"]["covid"]["combined"]["folds"]]
 
-    # cross-calibrated, over two seeds: the spread is reported and judges the target
+    # split-calibrated, over two seeds: the spread is reported and judges the target
     out2 = tmp_path / "eval2.json"
     res = _eval(
         shared_data,
@@ -53,7 +54,7 @@ def test_eval_writes_the_documented_json_and_its_report(shared_data: Path, tmp_p
         "--detectors",
         "combined",
         "--calibration",
-        "cross",
+        "split",
         "--seeds",
         "2",
         "--cache-dir",
@@ -62,14 +63,16 @@ def test_eval_writes_the_documented_json_and_its_report(shared_data: Path, tmp_p
     )
     assert res.exit_code == 0, res.output
     doc2 = json.loads(out2.read_text())
-    assert doc2["calibration"] == "cross"
+    assert doc2["calibration"] == "split"
     spread = doc2["seed_spread"]
     assert spread["seeds"] == [0, 1]
     ba = spread["mean"]["combined"]["balanced_accuracy"]
     assert ba["values"][0] == doc2["mean"]["combined"]["balanced_accuracy"]
     assert ba["min"] <= ba["median"] <= ba["max"]
-    for fold in doc2["kbs"]["covid"]["combined"]["folds"]:
-        assert fold["calibration"] == "cross"
+    folds = doc2["kbs"]["covid"]["combined"]["folds"]
+    assert all(f["calibration"] == "split" for f in folds)
+    # cross-calibration scores every ID training query; split only its calibration part
+    assert all(s < c for s, c in zip([f["n_calibration"] for f in folds], cross_cal, strict=True))
     (target,) = [t for t in doc2["targets"] if t["target"].startswith("balanced accuracy of")]
     assert "median over seeds [0, 1]" in target["target"]
 

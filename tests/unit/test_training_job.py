@@ -54,7 +54,7 @@ def _scores(
 
 
 def test_validation_metrics_come_from_the_fit_only_model() -> None:
-    inputs, cfg = _inputs(), TrainConfig(detector="epsilon_ball", m=4)
+    inputs, cfg = _inputs(), TrainConfig(detector="epsilon_ball", m=4, calibration="split")
     result = train(inputs, cfg)
     best, crit = result.search.best, result.model.criterion
     fit_only = _fit(inputs, cfg, best, crit, final=False)
@@ -70,10 +70,17 @@ def test_validation_metrics_come_from_the_fit_only_model() -> None:
         balanced_accuracy(s_id, s_ood, fit_only.threshold)
     )
     assert result.model.metrics["val_auroc"] == val["val_auroc"]
-    # What ships is still the refit on fit + validation, with its own calibrated threshold.
+    # What ships (split calibration) is the refit on fit + validation, calibrated apart.
     assert result.model.threshold == refit.threshold
     splits = _splits(inputs, cfg)
     assert result.model.metrics["n_id_fit"] == len(splits.id_fit) + len(splits.id_val)
+    # The default (cross) ships a model fitted on every ID training query; the validation
+    # figures are those of the same fit-part model.
+    cross = train(inputs, TrainConfig(detector="epsilon_ball", m=4))
+    n_id = len(splits.id_fit) + len(splits.id_val) + len(splits.id_cal)
+    assert cross.model.metrics["n_id_fit"] == n_id
+    assert cross.model.metrics["calibration"] == "cross"
+    assert cross.validation["val_auroc"] == val["val_auroc"]
 
 
 def test_report_validation_figures_come_from_fit_only_models() -> None:

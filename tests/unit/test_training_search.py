@@ -100,7 +100,8 @@ def test_search_picks_best_validation_candidate_and_calibrates() -> None:
     t = _task()
     s = carve_splits(embed(t.kb_texts), embed(t.id_train), embed(t.ood_train), seed=0)
     grid = [Candidate("logreg", 1, {"C": 1.0}), Candidate("logreg", 8, {"C": 1.0})]
-    res = search(s, "logreg", kb_name="t", encoder={"name": "fake", "dim": DIM}, grid=grid)
+    enc = {"name": "fake", "dim": DIM}
+    res = search(s, "logreg", kb_name="t", encoder=enc, grid=grid, calibration="split")
     aucs = [row["val_auroc"] for row in res.table]
     assert res.val_auroc == max(aucs)
     assert res.best == grid[int(np.argmax(aucs))]
@@ -249,8 +250,8 @@ def test_cross_calibration_fits_every_id_query_and_calibrates_out_of_fold() -> N
     s = carve_splits(embed(t.kb_texts), embed(t.id_train), embed(t.ood_train), seed=0)
     grid = [Candidate("logreg", 4, {"C": 1.0})]
     enc = {"name": "fake", "dim": DIM}
-    split = search(s, "logreg", kb_name="t", encoder=enc, grid=grid)
-    cross = search(s, "logreg", kb_name="t", encoder=enc, grid=grid, calibration="cross")
+    split = search(s, "logreg", kb_name="t", encoder=enc, grid=grid, calibration="split")
+    cross = search(s, "logreg", kb_name="t", encoder=enc, grid=grid)  # the default
     n_id = len(s.id_fit) + len(s.id_val) + len(s.id_cal)
     assert split.model.metrics["n_id_fit"] == len(s.id_fit) + len(s.id_val)
     assert cross.model.metrics["n_id_fit"] == n_id  # the calibration queries are fitted too

@@ -53,6 +53,7 @@ def fit_ood_model(
     detector_params: Mapping[str, Any] | None = None,
     residual_ks: tuple[int, ...] | None = None,
     pca_method: str = "auto",
+    subspaces: dict[tuple[int, str, int], KBSubspace] | None = None,
 ) -> OODModel:
     """Fit the KB subspace, select PCs, fit the detector and calibrate its threshold.
 
@@ -90,6 +91,11 @@ def fit_ood_model(
         The k of each residual feature (default ``(k,)``); each must be <= k.
     pca_method : str
         :class:`KBSubspace` solver.
+    subspaces : dict, optional
+        Fitted subspaces of these same ``kb_embeddings``, keyed by (k, pca_method, seed):
+        one found there is reused, a new one is added. The PCA depends on the KB alone,
+        so a search that fits many candidates on one KB fits it once. The caller keeps
+        one dict per KB.
 
     Returns
     -------
@@ -134,7 +140,12 @@ def fit_ood_model(
     ks = tuple(int(x) for x in (residual_ks or (k_eff,)))
     if any(not 1 <= x <= k_eff for x in ks):
         raise ConfigError(f"residual_ks {ks} must lie in 1..{k_eff}")
-    sub = KBSubspace(k_eff, method=pca_method, random_state=seed).fit(KB)  # type: ignore[arg-type]
+    key = (k_eff, pca_method, seed)
+    sub = None if subspaces is None else subspaces.get(key)
+    if sub is None or sub.mean_.shape != (dim,):
+        sub = KBSubspace(k_eff, method=pca_method, random_state=seed).fit(KB)  # type: ignore[arg-type]
+        if subspaces is not None:
+            subspaces[key] = sub
     k_eff = sub.n_components_
 
     if criterion == "evr":

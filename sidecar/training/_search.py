@@ -187,6 +187,7 @@ def _fit(
         detector_params=params,
         residual_ks=ks,
         pca_method=pca_method,
+        subspaces=splits.subspaces,
     )
     if not final or threshold_rule == "frr":
         return model
@@ -220,9 +221,9 @@ def _cross_calibrated(
     oof = np.empty(len(E))
     for held in group_folds(groups, folds, rng):
         rest = np.setdiff1d(np.arange(len(E)), held)
-        part = TrainingSplits(splits.kb, E[rest], E[held], E[held], ood)
+        part = TrainingSplits(splits.kb, E[rest], E[held], E[held], ood, subspaces=splits.subspaces)
         oof[held] = _fit(part, cand, final=False, **fit).score(E[held])
-    whole = TrainingSplits(splits.kb, E, E[:0], E, ood)
+    whole = TrainingSplits(splits.kb, E, E[:0], E, ood, subspaces=splits.subspaces)
     model = _fit(whole, cand, final=False, **fit)
     thr = conformal_threshold(oof, fit["target_frr"])
     metrics = {

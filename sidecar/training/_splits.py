@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from sidecar.errors import DataError
-from sidecar.scoring import DEFAULT_TARGET_FRR
+from sidecar.scoring import DEFAULT_TARGET_FRR, KBSubspace
 
 # Share of OOD training queries held out to calibrate a "balanced" threshold.
 OOD_CAL_FRACTION = 0.2
@@ -37,6 +37,11 @@ class TrainingSplits:
     # Group label of each ID row of id_fit, id_val and id_cal (in that order), when the
     # training queries came in groups: cross-calibration keeps each group in one fold.
     id_groups: np.ndarray | None = None
+    # KB subspaces fitted on ``kb`` so far, shared by every fit on these splits (the PCA
+    # depends on the KB alone); see fit_ood_model(subspaces=...).
+    subspaces: dict[tuple[int, str, int], KBSubspace] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     @property
     def has_ood(self) -> bool:

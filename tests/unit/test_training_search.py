@@ -295,3 +295,47 @@ def test_carve_splits_keeps_each_rows_group_label_with_it() -> None:
     # and no group is split between the parts
     part = np.repeat([0, 1, 2], [len(s.id_fit), len(s.id_val), len(s.id_cal)])
     assert all(len(set(part[s.id_groups == g])) == 1 for g in np.unique(groups))
+
+
+def test_a_search_fits_the_kb_pca_once_and_reuses_it_bit_for_bit(monkeypatch) -> None:
+    from sidecar.scoring import KBSubspace
+
+    embed = _overlapping_embed(0.5)
+    t = _task()
+    enc = {"name": "fake", "dim": DIM}
+    grid = [Candidate("logreg", m, {"C": 1.0}) for m in (1, 2, 4)]
+
+    def splits():
+        return carve_splits(embed(t.kb_texts), embed(t.id_train), embed(t.ood_train), seed=0)
+
+    shared = search(splits(), "logreg", kb_name="t", encoder=enc, grid=grid)
+    fits = []
+    real_fit = KBSubspace.fit
+    monkeypatch.setattr(
+        KBSubspace, "fit", lambda self, X, y=None: fits.append(1) or real_fit(self, X)
+    )
+    again = search(splits(), "logreg", kb_name="t", encoder=enc, grid=grid)
+    # 3 candidates + 5 cross-calibration folds + the final fit, one KB: one PCA
+    assert len(fits) == 1
+    assert again.model.threshold == shared.model.threshold
+    # a reused subspace gives the numbers of a refitted one
+    from sidecar.scoring import fit_ood_model
+
+    s = splits()
+    kw = dict(
+        kb="t",
+        encoder=enc,
+        kb_embeddings=s.kb,
+        id_embeddings=s.id_fit,
+        ood_embeddings=s.ood_fit,
+        calibration_embeddings=s.id_cal,
+        detector="logreg",
+        m=4,
+    )
+    cache: dict = {}
+    models = [fit_ood_model(**kw, subspaces=cache) for _ in range(2)] + [fit_ood_model(**kw)]
+    assert len(fits) == 1 + 2  # the search's, the cache's first, the uncached one
+    E = embed(t.id_train)
+    for other in models[1:]:
+        np.testing.assert_array_equal(other.score(E), models[0].score(E))
+        assert other.threshold == models[0].threshold

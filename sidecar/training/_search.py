@@ -221,7 +221,8 @@ def _cross_calibrated(
     oof = np.empty(len(E))
     for held in group_folds(groups, folds, rng):
         rest = np.setdiff1d(np.arange(len(E)), held)
-        part = TrainingSplits(splits.kb, E[rest], E[held], E[held], ood, subspaces=splits.subspaces)
+        # the fold model's own threshold is unused; calibrating it on E only keeps it quiet
+        part = TrainingSplits(splits.kb, E[rest], E[held], E, ood, subspaces=splits.subspaces)
         oof[held] = _fit(part, cand, final=False, **fit).score(E[held])
     whole = TrainingSplits(splits.kb, E, E[:0], E, ood, subspaces=splits.subspaces)
     model = _fit(whole, cand, final=False, **fit)

@@ -336,6 +336,7 @@ def report_data(
         curve,
         pcs,
         notes,
+        list(result.search.table),
     )
 
 

@@ -40,6 +40,8 @@ class ReportData:
     m_curve: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     pcs: list[PCLoadings] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # The search's validation table: one row per candidate (see training.search).
+    search: list[dict[str, Any]] = field(default_factory=list)
 
 
 def pc_loadings(
@@ -157,6 +159,8 @@ def write_report(data: ReportData, out_dir: str | Path, *, m_metric: str = "accu
         _plot_m_curve(out / "m_curve.png", data.m_curve, m_metric)
         lines += [f"## {m_metric} against m (EVR vs p-value)", "", "![m curve](m_curve.png)", ""]
         lines += _m_table(data.m_curve)
+    if data.search:
+        lines += _search_table(data.search)
     if data.pcs:
         lines += [
             "## Selected principal components",
@@ -194,3 +198,26 @@ def _m_table(curves: Mapping[str, list[tuple[int, float]]]) -> list[str]:
             f"| {crit} | " + " | ".join(f"{got[m]:.4f}" if m in got else "" for m in ms) + " |"
         )
     return [*rows, ""]
+
+
+def _search_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    out = [
+        "## Search (validation split)",
+        "",
+        "Every candidate, fitted on the fit part and scored on the validation part. The kept",
+        "one (**picked**) has the fewest dimensions among those within one standard error of",
+        "the best validation AUROC.",
+        "",
+        "| m | parameters | residual k | dims | validation AUROC | kept |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        params = ", ".join(f"{k}={v}" for k, v in dict(r.get("params") or {}).items())
+        auc = r.get("val_auroc")
+        shown = f"{auc:.4f}" if isinstance(auc, float) else str(r.get("skipped", ""))
+        kept = "**picked**" if r.get("picked") else ""
+        out.append(
+            f"| {r.get('m')} | {_cell(params, 80)} | {r.get('residual_ks') or ''} | "
+            f"{r.get('dims', '')} | {_cell(shown, 60)} | {kept} |"
+        )
+    return [*out, ""]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from sidecar.scoring import OODModel
 from sidecar.training._grid import Candidate, default_grid
 from sidecar.training._job import TrainConfig, TrainInputs, _splits, report_data, train
 from sidecar.training._metrics import auroc, balanced_accuracy, paper_accuracy
+from sidecar.training._report import write_report
 from sidecar.training._search import fixed_fit
 
 DIM = 16
@@ -102,6 +104,19 @@ def test_report_validation_figures_come_from_fit_only_models() -> None:
     assert data.histogram[3] == result.search.val_model.threshold
     assert data.summary["val_auroc"] == result.validation["val_auroc"]
     assert data.summary["threshold"] == result.model.threshold
+    assert data.summary["calibration"] == "cross"
+
+
+def test_report_lists_every_search_candidate_and_marks_the_kept_one(tmp_path: Path) -> None:
+    inputs = _inputs()
+    cfg = TrainConfig(detector="logreg", m_range=(2, 8))
+    result = train(inputs, cfg)
+    page = write_report(report_data(inputs, cfg, result), tmp_path).read_text()
+    section = page.split("## Search (validation split)")[1].split("\n## ")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line]
+    assert len(rows) - 1 == len(result.search.table) >= 2  # the header, then each candidate
+    (kept,) = [row for row in rows if "**picked**" in row]
+    assert kept.startswith(f"| {result.search.best.m} |")
 
 
 def test_balanced_rule_reports_the_fit_only_model_at_its_balanced_threshold() -> None:

@@ -382,30 +382,18 @@ def search(
         val_auroc = kept.val_auroc
     if best_cand is None or best_model is None:
         raise ConfigError(f"no candidate of {detector!r} could be fitted: {table}")
+    how: dict[str, Any] = {
+        "kb_name": kb_name,
+        "encoder": encoder,
+        "criterion": criterion,
+        "seed": seed,
+        "target_frr": target_frr,
+        "pca_method": pca_method,
+    }
     if calibration == "cross":
-        model = _cross_calibrated(
-            splits,
-            best_cand,
-            kb_name=kb_name,
-            encoder=encoder,
-            criterion=criterion,
-            seed=seed,
-            target_frr=target_frr,
-            pca_method=pca_method,
-        )
+        model = _cross_calibrated(splits, best_cand, **how)
     else:
-        model = _fit(
-            splits,
-            best_cand,
-            kb_name=kb_name,
-            encoder=encoder,
-            criterion=criterion,
-            seed=seed,
-            target_frr=target_frr,
-            final=True,
-            pca_method=pca_method,
-            threshold_rule=threshold_rule,
-        )
+        model = _fit(splits, best_cand, final=True, threshold_rule=threshold_rule, **how)
     val_model = best_model if threshold_rule == "frr" else _balanced(best_model, splits)
     return SearchResult(model, best_cand, val_auroc, table, best_scores, val_model)
 

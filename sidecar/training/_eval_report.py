@@ -180,8 +180,8 @@ def write_eval_report(report: Mapping[str, Any], out_dir: str | Path) -> Path:
     dets = _detectors(report)
     lines = [f"# Evaluation: {report['benchmark']} ({report.get('split', '?')} split)", ""]
     lines += ["| setting | value |", "|---|---|"]
-    keys = ("encoder", "criterion", "threshold_rule", "calibration", "target_frr", "fold_grouping")
-    for key in (*keys, "seed", "wall_s"):
+    shown = ("encoder", "criterion", "threshold_rule", "calibration", "target_frr", "fold_grouping")
+    for key in (*shown, "seed", "wall_s"):
         if key in report:
             lines.append(f"| {key} | {report[key]} |")
     lines += [f"| KBs | {len(report['kbs'])} |", ""]

@@ -190,6 +190,9 @@ def evaluate_task(
     """
     if fold_grouping not in FOLD_GROUPINGS:
         raise ConfigError(f"fold_grouping must be one of {FOLD_GROUPINGS}, not {fold_grouping!r}")
+    # Resolved once: a KB that falls back from the balanced rule to frr (no OOD calibration
+    # queries) keeps the split calibration the balanced rule implies.
+    calibration = resolve_calibration(threshold_rule, calibration)
     E_kb = embed(task.kb_texts)
     E_idt = embed(task.id_train) if task.id_train else np.zeros((0, E_kb.shape[1]), np.float32)
     E_oodt = embed(task.ood_train) if task.ood_train else None
@@ -327,6 +330,7 @@ def evaluate_benchmark(
     unknown = sorted(set(detectors) - set(DETECTORS))
     if unknown:
         raise ConfigError(f"unknown detectors {unknown}; choose from {list(DETECTORS)}")
+    calibration = resolve_calibration(threshold_rule, calibration)  # refuse a bad pair first
     per_kb: dict[str, Any] = {}
     by_kb: dict[str, Any] = {}
     t0 = time.perf_counter()
@@ -356,7 +360,7 @@ def evaluate_benchmark(
         "target_frr": target_frr,
         "threshold_rule": threshold_rule,
         "fold_grouping": fold_grouping,
-        "calibration": resolve_calibration(threshold_rule, calibration),
+        "calibration": calibration,
         "kbs": per_kb,
         "mean": mean,
         "pvalue_vs_evr": protocol_table(by_kb),

@@ -208,8 +208,8 @@ def _search_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         "one (**picked**) has the fewest dimensions among those within one standard error of",
         "the best validation AUROC.",
         "",
-        "| m | parameters | residual k | dims | validation AUROC | kept |",
-        "|---|---|---|---|---|---|",
+        "| criterion | m | parameters | residual k | dims | validation AUROC | kept |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         params = ", ".join(f"{k}={v}" for k, v in dict(r.get("params") or {}).items())
@@ -217,7 +217,8 @@ def _search_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         shown = f"{auc:.4f}" if isinstance(auc, float) else str(r.get("skipped", ""))
         kept = "**picked**" if r.get("picked") else ""
         out.append(
-            f"| {r.get('m')} | {_cell(params, 80)} | {r.get('residual_ks') or ''} | "
+            f"| {r.get('criterion', '')} | {r.get('m')} | {_cell(params, 80)} | "
+            f"{r.get('residual_ks') or ''} | "
             f"{r.get('dims', '')} | {_cell(shown, 60)} | {kept} |"
         )
     return [*out, ""]

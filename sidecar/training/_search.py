@@ -6,7 +6,9 @@ fit part, a validation part and held-out ID calibration queries, with a fixed se
 the fit part, ranks them by validation AUROC and keeps the smallest one (fewest input
 dimensions) whose validation AUROC is within one standard error of the best (the
 one-standard-error rule; ``selection="best"`` keeps the best), refits the winner on
-fit + validation and calibrates its threshold on the calibration queries: the conformal
+fit + validation and calibrates its threshold on the calibration queries (or, with
+cross-calibration, the default, fits it on every ID training query and calibrates on
+out-of-fold scores): the conformal
 quantile for a target false-reject rate (``threshold_rule="frr"``, the default), or the
 threshold that maximises
 balanced accuracy on held-out ID and OOD calibration queries (``"balanced"``). The refit
@@ -131,7 +133,8 @@ def pick_candidate(rows: Sequence[Ranked], selection: str = "one_se") -> int:
 class SearchResult:
     """The refitted, calibrated winner and the whole validation table.
 
-    ``model`` is refitted on fit + validation (what ships); ``val_model`` is the same
+    ``model`` is what ships: refitted on fit + validation (split calibration) or on every
+    ID training query (cross-calibration); ``val_model`` is the same
     candidate fitted on the fit part only and calibrated the same way, the model that
     ``val_auroc`` and ``val_scores`` (out of sample) belong to.
     """
@@ -204,7 +207,8 @@ def _cross_calibrated(
     """``cand`` fitted on every ID training query, its threshold cross-calibrated.
 
     The ID queries of fit, validation and calibration are cut into ``folds`` seeded folds
-    (whole groups, where ``splits.id_groups`` has them); each fold is scored by the
+    (whole groups, where ``splits.id_groups`` has them; fewer folds where there are fewer
+    groups, at least the three carve_splits needs); each fold is scored by the
     candidate fitted on the others, and the conformal quantile of all those out-of-fold
     scores is the threshold of the model fitted on them all. Every ID query calibrates,
     instead of the calibration part alone, so the threshold is a less extreme order
@@ -214,6 +218,7 @@ def _cross_calibrated(
     """
     E = np.vstack([splits.id_fit, splits.id_val, splits.id_cal])
     groups = np.arange(len(E)) if splits.id_groups is None else splits.id_groups
+    folds = min(folds, len(np.unique(groups)))  # carve_splits needs 3 groups, not 5
     ood = None
     if splits.has_ood:
         ood = np.vstack([p for p in (splits.ood_fit, splits.ood_val) if p is not None])
@@ -319,7 +324,11 @@ def search(
                 return -math.inf if v is None else v
 
             win = max(CRITERIA, key=ranked)  # the first of CRITERIA (p-value) on a tie
-            rows = [{**row, "criterion": c} for c in CRITERIA for row in runs[c].table]
+            rows = [
+                {**row, "criterion": c, "picked": c == win and bool(row.get("picked"))}
+                for c in CRITERIA
+                for row in runs[c].table
+            ]
             return dataclasses.replace(runs[win], table=rows)
     cands = list(grid) if grid is not None else default_grid(detector)
     if not cands:
@@ -394,6 +403,11 @@ def search(
         model = _cross_calibrated(splits, best_cand, **how)
     else:
         model = _fit(splits, best_cand, final=True, threshold_rule=threshold_rule, **how)
+        model = dataclasses.replace(
+            model,
+            metrics={**model.metrics, "calibration": "split"},
+            params={**model.params, "calibration": "split"},
+        )
     val_model = best_model if threshold_rule == "frr" else _balanced(best_model, splits)
     return SearchResult(model, best_cand, val_auroc, table, best_scores, val_model)
 

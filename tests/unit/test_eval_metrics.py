@@ -28,6 +28,9 @@ def test_auroc_standard_error_hand_value_and_bootstrap() -> None:
     # Hanley & McNeil eq. 2 by hand: A = 0.9, 50 scores a side -> Q1 = 0.818, Q2 = 0.853.
     assert auroc_standard_error(0.9, 50, 50) == pytest.approx(0.03212, abs=1e-4)
     assert auroc_standard_error(1.0, 40, 60) == 0.0
+    # lopsided sides pin the orientation (OOD is the positive class): 20 ID, 500 OOD
+    assert auroc_standard_error(0.9, 20, 500) == pytest.approx(0.02232, abs=1e-4)
+    assert auroc_standard_error(0.9, 500, 20) == pytest.approx(0.04639, abs=1e-4)
     assert auroc_standard_error(0.9, 500, 500) < auroc_standard_error(0.9, 50, 50)
     # ... and close to the spread of the AUROC over resampled score sets.
     rng = np.random.default_rng(1)

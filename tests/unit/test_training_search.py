@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from sidecar.errors import ConfigError
-from sidecar.training import KBTask, carve_splits, evaluate_task, search
+from sidecar.training import KBTask, carve_splits, evaluate_benchmark, evaluate_task, search
 from sidecar.training._grid import Candidate
 from sidecar.training._metrics import auroc
 
@@ -101,7 +101,9 @@ def test_search_picks_best_validation_candidate_and_calibrates() -> None:
     s = carve_splits(embed(t.kb_texts), embed(t.id_train), embed(t.ood_train), seed=0)
     grid = [Candidate("logreg", 1, {"C": 1.0}), Candidate("logreg", 8, {"C": 1.0})]
     enc = {"name": "fake", "dim": DIM}
-    res = search(s, "logreg", kb_name="t", encoder=enc, grid=grid, calibration="split")
+    res = search(
+        s, "logreg", kb_name="t", encoder=enc, grid=grid, calibration="split", selection="best"
+    )
     aucs = [row["val_auroc"] for row in res.table]
     assert res.val_auroc == max(aucs)
     assert res.best == grid[int(np.argmax(aucs))]
@@ -339,3 +341,62 @@ def test_a_search_fits_the_kb_pca_once_and_reuses_it_bit_for_bit(monkeypatch) ->
     for other in models[1:]:
         np.testing.assert_array_equal(other.score(E), models[0].score(E))
         assert other.threshold == models[0].threshold
+
+
+def test_cross_calibration_uses_fewer_folds_when_there_are_fewer_groups() -> None:
+    embed = _overlapping_embed(0.5)
+    t = _task()
+    groups = np.arange(len(t.id_train)) % 4  # four groups of ID training queries
+    s = carve_splits(
+        embed(t.kb_texts), embed(t.id_train), embed(t.ood_train), seed=0, id_groups=groups
+    )
+    enc = {"name": "fake", "dim": DIM}
+    grid = [Candidate("logreg", 4, {"C": 1.0})]
+    res = search(s, "logreg", kb_name="t", encoder=enc, grid=grid)
+    assert res.model.metrics["calibration_folds"] == 4
+    assert np.isfinite(res.model.threshold)
+    split = search(s, "logreg", kb_name="t", encoder=enc, grid=grid, calibration="split")
+    assert split.model.params["calibration"] == split.model.metrics["calibration"] == "split"
+
+
+def test_auto_criterion_marks_one_kept_row() -> None:
+    embed = _overlapping_embed(0.5)
+    t = _task()
+    s = carve_splits(embed(t.kb_texts), embed(t.id_train), embed(t.ood_train), seed=0)
+    grid = [Candidate("logreg", m, {"C": 1.0}) for m in (2, 4)]
+    res = search(
+        s, "logreg", kb_name="t", encoder={"name": "fake", "dim": DIM}, grid=grid, criterion="auto"
+    )
+    (kept,) = [row for row in res.table if row["picked"]]
+    assert kept["criterion"] == res.model.criterion and kept["m"] == res.best.m
+    assert {row["criterion"] for row in res.table} == {"pvalue", "evr"}
+
+
+def test_balanced_rule_without_ood_calibration_reports_one_calibration() -> None:
+    embed = _emb_factory()
+    t = KBTask("t", _task().kb_texts, _task().id_train, (), _task().id_eval, _task().ood_eval)
+    enc = {"name": "fake", "dim": DIM}
+    rep = evaluate_benchmark(
+        "b",
+        "dev",
+        [t],
+        embed,
+        encoder=enc,
+        detectors=("residual",),
+        threshold_rule="balanced",
+        progress=False,
+    )
+    assert rep["calibration"] == "split"
+    assert rep["kbs"]["t"]["residual"]["calibration"] == "split"
+    with pytest.raises(ConfigError, match="frr"):
+        evaluate_benchmark(
+            "b",
+            "dev",
+            [t],
+            embed,
+            encoder=enc,
+            detectors=("residual",),
+            threshold_rule="balanced",
+            calibration="cross",
+            progress=False,
+        )

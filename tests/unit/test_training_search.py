@@ -375,28 +375,22 @@ def test_auto_criterion_marks_one_kept_row() -> None:
 def test_balanced_rule_without_ood_calibration_reports_one_calibration() -> None:
     embed = _emb_factory()
     t = KBTask("t", _task().kb_texts, _task().id_train, (), _task().id_eval, _task().ood_eval)
-    enc = {"name": "fake", "dim": DIM}
-    rep = evaluate_benchmark(
-        "b",
-        "dev",
-        [t],
-        embed,
-        encoder=enc,
-        detectors=("residual",),
-        threshold_rule="balanced",
-        progress=False,
-    )
-    assert rep["calibration"] == "split"
-    assert rep["kbs"]["t"]["residual"]["calibration"] == "split"
-    with pytest.raises(ConfigError, match="frr"):
-        evaluate_benchmark(
+
+    def run(**extra):
+        return evaluate_benchmark(
             "b",
             "dev",
             [t],
             embed,
-            encoder=enc,
+            encoder={"name": "fake", "dim": DIM},
             detectors=("residual",),
             threshold_rule="balanced",
-            calibration="cross",
             progress=False,
+            **extra,
         )
+
+    rep = run()
+    assert rep["calibration"] == "split"
+    assert rep["kbs"]["t"]["residual"]["calibration"] == "split"
+    with pytest.raises(ConfigError, match="frr"):
+        run(calibration="cross")

@@ -136,7 +136,7 @@ class CombinedDetector(LogRegDetector):
         *,
         features: tuple[str, ...] | list[str] = ("pcs", "residual", "max_cosine"),
         knn_ks: tuple[int, ...] | list[int] = (5, 10),
-        neighbour_ks: tuple[int, ...] | list[int] = (1, 5),
+        neighbour_ks: tuple[int, ...] | list[int] = (1, 3, 10),
         class_weight: str | None = "balanced",
         standardize: bool = True,
         max_iter: int = 2000,

@@ -11,7 +11,7 @@ MAX_DIMS = 32
 # Residual norms at several k: the combined detector sees all of them.
 COMBINED_RESIDUAL_KS = (16, 32, 64)
 # The combined detector's labelled-neighbour block: k-th nearest ID / OOD training query.
-COMBINED_NEIGHBOUR_KS = (1, 5)
+COMBINED_NEIGHBOUR_KS = (1, 3, 10)
 
 
 @dataclass(frozen=True)

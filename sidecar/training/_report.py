@@ -201,24 +201,42 @@ def _m_table(curves: Mapping[str, list[tuple[int, float]]]) -> list[str]:
 
 
 def _search_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    oof = any("finalist" in r for r in rows)
     out = [
         "## Search (validation split)",
         "",
-        "Every candidate, fitted on the fit part and scored on the validation part. The kept",
-        "one (**picked**) has the fewest dimensions among those within one standard error of",
-        "the best validation AUROC.",
-        "",
-        "| criterion | m | parameters | residual k | dims | validation AUROC | kept |",
-        "|---|---|---|---|---|---|---|",
+        "Every candidate, fitted on the fit part and scored on the validation part. The",
+        "candidates within one standard error of the best validation AUROC are the shortlist.",
     ]
+    if oof:
+        out += [
+            "Each finalist (at most the first eight of the shortlist) was also scored out of",
+            "fold on every training query; the kept one (**picked**) has the best out-of-fold",
+            "balanced accuracy at its own calibrated threshold.",
+        ]
+    else:
+        out += ["The kept one (**picked**) has the fewest dimensions of the shortlist."]
+    head = "| criterion | m | parameters | residual k | dims | validation AUROC |"
+    rule = "|---|---|---|---|---|---|"
+    if oof:
+        head += " finalist | out-of-fold bal. acc. | out-of-fold OOD accepted |"
+        rule += "---|---|---|"
+    out += ["", head + " kept |", rule + "---|"]
     for r in rows:
         params = ", ".join(f"{k}={v}" for k, v in dict(r.get("params") or {}).items())
         auc = r.get("val_auroc")
         shown = f"{auc:.4f}" if isinstance(auc, float) else str(r.get("skipped", ""))
         kept = "**picked**" if r.get("picked") else ""
-        out.append(
+        line = (
             f"| {r.get('criterion', '')} | {r.get('m')} | {_cell(params, 80)} | "
             f"{r.get('residual_ks') or ''} | "
-            f"{r.get('dims', '')} | {_cell(shown, 60)} | {kept} |"
+            f"{r.get('dims', '')} | {_cell(shown, 60)} |"
         )
+        if oof:
+            ba, oar = r.get("oof_balanced_accuracy"), r.get("oof_ood_accept_rate")
+            line += (
+                f" {r.get('finalist', '')} | {'' if ba is None else f'{ba:.4f}'} | "
+                f"{'' if oar is None else f'{oar:.2%}'} |"
+            )
+        out.append(f"{line} {kept} |")
     return [*out, ""]

@@ -3,18 +3,21 @@
 :func:`carve_splits` cuts the labelled training embeddings (never evaluation data) into a
 fit part, a validation part and held-out ID calibration queries, with a fixed seed.
 :func:`search` fits every candidate of a detector's grid (m, radius quantile, C, ...) on
-the fit part, ranks them by validation AUROC and keeps the smallest one (fewest input
-dimensions) whose validation AUROC is within one standard error of the best (the
-one-standard-error rule; ``selection="best"`` keeps the best), refits the winner on
-fit + validation and calibrates its threshold on the calibration queries (or, with
-cross-calibration, the default, fits it on every ID training query and calibrates on
-out-of-fold scores): the conformal
+the fit part and ranks them by validation AUROC. The candidates within one standard error
+of the best form a shortlist (the one-standard-error rule; ``selection="best"`` keeps the
+best alone). With split calibration the shortlist's smallest candidate (fewest input
+dimensions) wins; it is refitted on fit + validation and calibrated on the calibration
+queries. With cross-calibration, the default, every shortlisted candidate (at most
+``MAX_FINALISTS``) is scored out of fold on every ID and OOD training query, and the one
+with the best out-of-fold balanced accuracy at its own cross-calibrated threshold wins:
+validation AUROC cannot tell the shortlist apart, the operating point the model will run
+at, measured on all the training queries, can. The winner is fitted on every ID training
+query and keeps the threshold of its out-of-fold scores. The threshold is the conformal
 quantile for a target false-reject rate (``threshold_rule="frr"``, the default), or the
-threshold that maximises
-balanced accuracy on held-out ID and OOD calibration queries (``"balanced"``). The refit
-has seen the validation split, so every figure reported as "validation" comes from the
-winner as fitted on the fit part only (``SearchResult.val_model``). Neither function
-accepts evaluation queries.
+one that maximises balanced accuracy on held-out ID and OOD calibration queries
+(``"balanced"``, split calibration). The refit has seen the validation split, so every
+figure reported as "validation" comes from the winner as fitted on the fit part only
+(``SearchResult.val_model``). Neither function accepts evaluation queries.
 """
 
 from __future__ import annotations
@@ -52,6 +55,9 @@ SELECTIONS = ("one_se", "best")
 CALIBRATIONS = ("split", "cross")
 # Folds of the cross-calibration.
 CROSS_FOLDS = 5
+# At most this many shortlisted candidates are compared out of fold (each costs
+# CROSS_FOLDS fits).
+MAX_FINALISTS = 8
 
 
 def resolve_calibration(threshold_rule: str, calibration: str | None) -> str:
@@ -106,12 +112,13 @@ class Ranked:
     n_ood: int
 
 
-def pick_candidate(rows: Sequence[Ranked], selection: str = "one_se") -> int:
-    """Position in ``rows`` (grid order) of the candidate the search keeps.
+def shortlist(rows: Sequence[Ranked], selection: str = "one_se") -> list[int]:
+    """Positions in ``rows`` (grid order) of the candidates validation cannot tell apart,
+    in the order :func:`pick_candidate` prefers them; the first is its pick.
 
-    ``"best"``: the highest validation AUROC (ties: fewer dimensions, then grid order).
-    ``"one_se"``: the fewest dimensions among the candidates whose validation AUROC is
-    within one standard error (Hanley & McNeil) of the best one's; among those the higher
+    ``"best"``: the highest validation AUROC alone (ties: fewer dimensions, then grid
+    order). ``"one_se"``: every candidate whose validation AUROC is within one standard
+    error (Hanley & McNeil) of the best one's, fewest dimensions first, then the higher
     AUROC, then grid order. A difference smaller than the validation split can measure
     does not buy extra dimensions: the smaller model is cheaper and, with few labelled
     queries, generalises better (the one-standard-error rule of Breiman et al., 1984).
@@ -122,11 +129,18 @@ def pick_candidate(rows: Sequence[Ranked], selection: str = "one_se") -> int:
         raise ValueError("no candidates to pick from")
     best = max(range(len(rows)), key=lambda j: (rows[j].val_auroc, -rows[j].dims, -j))
     if selection == "best":
-        return best
+        return [best]
     top = rows[best]
     floor = top.val_auroc - auroc_standard_error(top.val_auroc, top.n_id, top.n_ood)
     near = [j for j, r in enumerate(rows) if r.val_auroc >= floor]
-    return min(near, key=lambda j: (rows[j].dims, -rows[j].val_auroc, j))
+    return sorted(near, key=lambda j: (rows[j].dims, -rows[j].val_auroc, j))
+
+
+def pick_candidate(rows: Sequence[Ranked], selection: str = "one_se") -> int:
+    """Position in ``rows`` (grid order) of the candidate validation AUROC alone keeps: the
+    first of :func:`shortlist` (under cross-calibration :func:`search` lets the
+    out-of-fold operating point choose among the shortlist instead)."""
+    return shortlist(rows, selection)[0]
 
 
 @dataclass
@@ -197,24 +211,44 @@ def _fit(
     return _balanced(model, splits)
 
 
-def _cross_calibrated(
+@dataclass(frozen=True)
+class OutOfFold:
+    """Out-of-fold scores of one candidate over every training query (see _out_of_fold)."""
+
+    id_scores: np.ndarray
+    ood_scores: np.ndarray | None  # None where the OOD queries were not folded
+    folds: int
+
+    def at_threshold(self, target_frr: float) -> dict[str, float] | None:
+        """False-reject / OOD-accept rates and balanced accuracy at the conformal threshold
+        of the out-of-fold ID scores; None without out-of-fold OOD scores."""
+        if self.ood_scores is None:
+            return None
+        thr = conformal_threshold(self.id_scores, target_frr)
+        frr = float(np.mean(self.id_scores > thr))
+        oar = float(np.mean(self.ood_scores <= thr))
+        return {
+            "oof_false_reject_rate": frr,
+            "oof_ood_accept_rate": oar,
+            "oof_balanced_accuracy": 1.0 - (frr + oar) / 2.0,
+        }
+
+
+def _out_of_fold(
     splits: TrainingSplits,
     cand: Candidate,
     *,
     folds: int = CROSS_FOLDS,
     **fit: Any,
-) -> OODModel:
-    """``cand`` fitted on every ID training query, its threshold cross-calibrated.
+) -> OutOfFold:
+    """Score every ID training query (fit, validation and calibration) by ``cand`` fitted on
+    the other folds; the OOD fit + validation queries are folded alongside and scored the
+    same way when they fill the folds.
 
-    The ID queries of fit, validation and calibration are cut into ``folds`` seeded folds
-    (whole groups, where ``splits.id_groups`` has them; fewer folds where there are fewer
-    groups, at least the three carve_splits needs); each fold is scored by the
-    candidate fitted on the others, and the conformal quantile of all those out-of-fold
-    scores is the threshold of the model fitted on them all. Every ID query calibrates,
-    instead of the calibration part alone, so the threshold is a less extreme order
-    statistic and moves less with the split; the price is the finite-sample guarantee,
-    which holds for a split threshold only (the out-of-fold models are not the shipped
-    one). The OOD side of every fit is the OOD fit + validation queries.
+    Folds keep groups whole (``splits.id_groups`` / ``splits.ood_groups`` where known);
+    there are fewer folds where there are fewer ID groups, at least the three carve_splits
+    needs. OOD queries in fewer groups than folds are not folded: every fit sees them all
+    and there are no out-of-fold OOD scores.
     """
     E = np.vstack([splits.id_fit, splits.id_val, splits.id_cal])
     groups = np.arange(len(E)) if splits.id_groups is None else splits.id_groups
@@ -223,21 +257,61 @@ def _cross_calibrated(
     if splits.has_ood:
         ood = np.vstack([p for p in (splits.ood_fit, splits.ood_val) if p is not None])
     rng = np.random.default_rng(fit["seed"])
+    id_folds = group_folds(groups, folds, rng)
+    ood_folds: list[np.ndarray] | None = None
+    if ood is not None:
+        og = np.arange(len(ood)) if splits.ood_groups is None else splits.ood_groups
+        if len(np.unique(og)) >= folds:
+            ood_folds = group_folds(og, folds, rng)
     oof = np.empty(len(E))
-    for held in group_folds(groups, folds, rng):
+    oof_ood = None if ood_folds is None else np.empty(len(ood))  # type: ignore[arg-type]
+    for f, held in enumerate(id_folds):
         rest = np.setdiff1d(np.arange(len(E)), held)
+        ood_part = ood
+        if ood_folds is not None and ood is not None:
+            ood_part = ood[np.setdiff1d(np.arange(len(ood)), ood_folds[f])]
         # the fold model's own threshold is unused; calibrating it on E only keeps it quiet
-        part = TrainingSplits(splits.kb, E[rest], E[held], E, ood, subspaces=splits.subspaces)
-        oof[held] = _fit(part, cand, final=False, **fit).score(E[held])
+        part = TrainingSplits(splits.kb, E[rest], E[held], E, ood_part, subspaces=splits.subspaces)
+        model = _fit(part, cand, final=False, **fit)
+        oof[held] = model.score(E[held])
+        if oof_ood is not None and ood_folds is not None and ood is not None:
+            oof_ood[ood_folds[f]] = model.score(ood[ood_folds[f]])
+    return OutOfFold(oof, oof_ood, folds)
+
+
+def _cross_calibrated(
+    splits: TrainingSplits,
+    cand: Candidate,
+    *,
+    oof: OutOfFold | None = None,
+    folds: int = CROSS_FOLDS,
+    **fit: Any,
+) -> OODModel:
+    """``cand`` fitted on every ID training query, its threshold cross-calibrated.
+
+    The threshold is the conformal quantile of the out-of-fold scores of every ID training
+    query (:func:`_out_of_fold`; ``oof`` when the search has them already). Every ID query
+    calibrates, instead of the calibration part alone, so the threshold is a less extreme
+    order statistic and moves less with the split; the price is the finite-sample
+    guarantee, which holds for a split threshold only (the out-of-fold models are not the
+    shipped one). The shipped model's OOD side is the OOD fit + validation queries.
+    """
+    if oof is None:
+        oof = _out_of_fold(splits, cand, folds=folds, **fit)
+    E = np.vstack([splits.id_fit, splits.id_val, splits.id_cal])
+    ood = None
+    if splits.has_ood:
+        ood = np.vstack([p for p in (splits.ood_fit, splits.ood_val) if p is not None])
     whole = TrainingSplits(splits.kb, E, E[:0], E, ood, subspaces=splits.subspaces)
     model = _fit(whole, cand, final=False, **fit)
-    thr = conformal_threshold(oof, fit["target_frr"])
+    thr = conformal_threshold(oof.id_scores, fit["target_frr"])
     metrics = {
         **model.metrics,
         "calibration": "cross",
-        "calibration_folds": folds,
-        "n_calibration": int(oof.size),
-        "calibration_frr": float(np.mean(oof > thr)),
+        "calibration_folds": oof.folds,
+        "n_calibration": int(oof.id_scores.size),
+        "calibration_frr": float(np.mean(oof.id_scores > thr)),
+        **(oof.at_threshold(fit["target_frr"]) or {}),
     }
     params = {**model.params, "calibration": "cross"}
     return dataclasses.replace(model, threshold=thr, metrics=metrics, params=params)
@@ -280,12 +354,14 @@ def search(
 ) -> SearchResult:
     """Pick ``detector``'s hyperparameters by validation AUROC, refit, calibrate.
 
-    ``selection``: how the validation AUROCs pick the winner (:func:`pick_candidate`); the
-    kept row of the returned table has ``"picked": True``. ``calibration`` (threshold
-    rule ``"frr"``): ``"cross"`` (the default, ``None``) refits the winner on all ID
-    training queries and calibrates on their out-of-fold scores (:func:`_cross_calibrated`);
-    ``"split"`` refits it on fit + validation and calibrates on the calibration part (the
-    finite-sample conformal guarantee holds).
+    ``selection``: how the validation AUROCs shortlist the candidates (:func:`shortlist`);
+    the kept row of the returned table has ``"picked": True``. ``calibration`` (threshold
+    rule ``"frr"``): ``"cross"`` (the default, ``None``) compares the shortlisted
+    candidates out of fold at the operating point (:func:`_decide_out_of_fold`; their rows
+    gain ``finalist`` and ``oof_*`` figures), fits the winner on all ID training queries
+    and calibrates on their out-of-fold scores (:func:`_cross_calibrated`); ``"split"``
+    keeps the shortlist's first, refits it on fit + validation and calibrates on the
+    calibration part (the finite-sample conformal guarantee holds).
 
     ``criterion``: ``"pvalue"``, ``"evr"``, or ``"auto"``, which searches the grid under
     both and keeps the better validation AUROC (p-value on a tie; its table rows carry a
@@ -383,14 +459,6 @@ def search(
         table.append(row)
         if not can_rank:
             break
-    if fitted:
-        kept, kept_row, best_cand, best_model, best_scores = fitted[
-            pick_candidate([r[0] for r in fitted], selection)
-        ]
-        kept_row["picked"] = True
-        val_auroc = kept.val_auroc
-    if best_cand is None or best_model is None:
-        raise ConfigError(f"no candidate of {detector!r} could be fitted: {table}")
     how: dict[str, Any] = {
         "kb_name": kb_name,
         "encoder": encoder,
@@ -399,8 +467,21 @@ def search(
         "target_frr": target_frr,
         "pca_method": pca_method,
     }
+    oof: OutOfFold | None = None
+    if fitted:
+        order = shortlist([r[0] for r in fitted], selection)
+        pos = order[0]
+        if calibration == "cross" and len(order) > 1:
+            pos, oof = _decide_out_of_fold(
+                splits, [(j, fitted[j][1], fitted[j][2]) for j in order[:MAX_FINALISTS]], how
+            )
+        kept, kept_row, best_cand, best_model, best_scores = fitted[pos]
+        kept_row["picked"] = True
+        val_auroc = kept.val_auroc
+    if best_cand is None or best_model is None:
+        raise ConfigError(f"no candidate of {detector!r} could be fitted: {table}")
     if calibration == "cross":
-        model = _cross_calibrated(splits, best_cand, **how)
+        model = _cross_calibrated(splits, best_cand, oof=oof, **how)
     else:
         model = _fit(splits, best_cand, final=True, threshold_rule=threshold_rule, **how)
         model = dataclasses.replace(
@@ -410,6 +491,37 @@ def search(
         )
     val_model = best_model if threshold_rule == "frr" else _balanced(best_model, splits)
     return SearchResult(model, best_cand, val_auroc, table, best_scores, val_model)
+
+
+def _decide_out_of_fold(
+    splits: TrainingSplits,
+    finalists: Sequence[tuple[int, dict[str, Any], Candidate]],
+    how: Mapping[str, Any],
+) -> tuple[int, OutOfFold | None]:
+    """The finalist with the best out-of-fold balanced accuracy at its own cross-calibrated
+    threshold, and its out-of-fold scores.
+
+    ``finalists``: (position in the search's fitted list, table row, candidate), in the
+    order validation AUROC prefers them, which also breaks ties. Each row gains the
+    out-of-fold figures. Validation AUROC cannot separate the finalists; every training
+    query, scored out of fold at the operating point the shipped model will run at, can
+    (on covid, 357 ID and about 750 OOD queries against a validation split of 73 ID).
+    Without out-of-fold OOD scores the first finalist is kept.
+    """
+    best: tuple[float, int, OutOfFold] | None = None
+    first: OutOfFold | None = None
+    for rank, (pos, row, cand) in enumerate(finalists):
+        oof = _out_of_fold(splits, cand, **how)
+        first = first or oof
+        figures = oof.at_threshold(float(how["target_frr"]))
+        if figures is None:
+            return finalists[0][0], first
+        row.update({k: round(v, 6) for k, v in figures.items()})
+        row["finalist"] = rank + 1
+        if best is None or figures["oof_balanced_accuracy"] > best[0]:
+            best = (figures["oof_balanced_accuracy"], pos, oof)
+    assert best is not None
+    return best[1], best[2]
 
 
 _FULL_SPACE = frozenset({"max_cosine", "knn", "mahalanobis"})

@@ -37,6 +37,9 @@ class TrainingSplits:
     # Group label of each ID row of id_fit, id_val and id_cal (in that order), when the
     # training queries came in groups: cross-calibration keeps each group in one fold.
     id_groups: np.ndarray | None = None
+    # Group label of each OOD row of ood_fit and ood_val (in that order), likewise: the
+    # out-of-fold comparison of search finalists keeps each OOD group in one fold.
+    ood_groups: np.ndarray | None = None
     # KB subspaces fitted on ``kb`` so far, shared by every fit on these splits (the PCA
     # depends on the KB alone); see fit_ood_model(subspaces=...).
     subspaces: dict[tuple[int, str, int], KBSubspace] = field(
@@ -135,7 +138,7 @@ def carve_splits(
     cal, val, fit = order[:a], order[a:b], order[b:][:max_id_fit]
     if len(val) < 2 or len(fit) < 1:
         raise DataError(f"{n} ID training queries in groups too large to fit, validate, calibrate")
-    ood_fit = ood_val = ood_cal = None
+    ood_fit = ood_val = ood_cal = ood_labels = None
     if ood_train is not None and len(ood_train) >= 4:
         operm = _grouped_order(len(ood_train), ood_groups, rng)
         if ood_cal_fraction > 0 and len(ood_train) >= 8:
@@ -146,6 +149,11 @@ def carve_splits(
         k = _cut(operm, None if ood_groups is None else ood_groups, n_oval)
         ood_val = _take(ood_train, operm[:k])
         ood_fit = _take(ood_train, operm[k : k + max_ood_fit])
+        if ood_groups is not None:
+            og = np.asarray(ood_groups)
+            ood_labels = np.concatenate(
+                [og[np.sort(part)] for part in (operm[k : k + max_ood_fit], operm[:k])]
+            )
         if ood_groups is not None and (len(ood_fit) < 2 or len(ood_val) < 2):
             raise DataError(
                 f"{len(ood_train)} OOD training queries in groups too large to fit and validate"
@@ -163,4 +171,5 @@ def carve_splits(
         ood_val,
         ood_cal,
         labels,
+        ood_labels,
     )

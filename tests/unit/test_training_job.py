@@ -117,6 +117,12 @@ def test_report_lists_every_search_candidate_and_marks_the_kept_one(tmp_path: Pa
     assert len(rows) - 1 == len(result.search.table) >= 2  # the header, then each candidate
     (kept,) = [row for row in rows if "**picked**" in row]
     assert kept.split(" | ")[1] == str(result.search.best.m)
+    # cross-calibrated: the finalists' out-of-fold balanced accuracy is a column, and the
+    # kept row has the best of them
+    assert "out-of-fold bal. acc." in rows[0]
+    col = rows[0].split(" | ").index("out-of-fold bal. acc.")
+    shown = [float(r.split(" | ")[col]) for r in rows[1:] if r.split(" | ")[col].strip()]
+    assert len(shown) >= 2 and float(kept.split(" | ")[col]) == max(shown)
 
 
 def test_balanced_rule_reports_the_fit_only_model_at_its_balanced_threshold() -> None:

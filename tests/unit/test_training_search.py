@@ -16,7 +16,8 @@ DIM = 24
 
 
 def _emb_factory(ood_shift: float = 0.0):
-    """Texts to deterministic unit vectors: 'kb*'/'id*' near one centre, others elsewhere."""
+    """Texts to deterministic unit vectors: 'kb*'/'id*' near one centre, others elsewhere;
+    ``ood_shift`` moves the OOD evaluation queries ('oode*') only."""
     centre = np.random.default_rng(42).normal(size=DIM)
     cache: dict[str, np.ndarray] = {}
 
@@ -26,7 +27,8 @@ def _emb_factory(ood_shift: float = 0.0):
             if t not in cache:
                 r = np.random.default_rng(sum(ord(c) * 31**i for i, c in enumerate(t)) % 2**32)
                 ind = t.startswith(("kb", "id"))
-                base = centre if ind else -0.3 * centre + ood_shift
+                shift = ood_shift if t.startswith("oode") else 0.0
+                base = centre if ind else -0.3 * centre + shift
                 v = base + r.normal(size=DIM) * (0.8 if ind else 1.2)
                 cache[t] = (v / np.linalg.norm(v)).astype(np.float32)
             rows.append(cache[t])
@@ -229,6 +231,7 @@ def test_search_marks_the_kept_candidate_and_follows_the_selection_rule() -> Non
             encoder={"name": "fake", "dim": DIM},
             grid=grid,
             selection=rule,
+            calibration="split",  # cross lets the out-of-fold figures choose (tested below)
         )
         picked = [row for row in res.table if row.get("picked")]
         assert len(picked) == 1 and picked[0]["m"] == res.best.m
@@ -394,3 +397,87 @@ def test_balanced_rule_without_ood_calibration_reports_one_calibration() -> None
     assert rep["kbs"]["t"]["residual"]["calibration"] == "split"
     with pytest.raises(ConfigError, match="frr"):
         run(calibration="cross")
+
+
+def test_shortlist_orders_the_candidates_validation_cannot_tell_apart() -> None:
+    from sidecar.training._metrics import auroc_standard_error
+    from sidecar.training._search import Ranked, shortlist
+
+    se = auroc_standard_error(0.95, 100, 100)
+    rows = [
+        Ranked(0.95, 30, 100, 100),
+        Ranked(0.95 - se / 2, 10, 100, 100),
+        Ranked(0.95 - 2 * se, 5, 100, 100),  # too far below: out
+        Ranked(0.95 - se / 4, 10, 100, 100),  # same dims as row 1, higher AUROC: first
+    ]
+    assert shortlist(rows, "one_se") == [3, 1, 0]
+    assert shortlist(rows, "best") == [0]
+
+
+def test_cross_calibrated_search_keeps_the_best_finalist_out_of_fold() -> None:
+    from sidecar.training._search import _out_of_fold
+
+    embed = _overlapping_embed(0.5)
+    t = _task()
+    s = carve_splits(embed(t.kb_texts), embed(t.id_train), embed(t.ood_train), seed=0)
+    enc = {"name": "fake", "dim": DIM}
+    grid = [Candidate("logreg", m, {"C": C}) for m in (1, 2, 4, 8) for C in (0.01, 1.0)]
+    res = search(s, "logreg", kb_name="t", encoder=enc, grid=grid)
+    finalists = [row for row in res.table if "finalist" in row]
+    assert len(finalists) >= 2  # this data: several candidates within one SE
+    (kept,) = [row for row in res.table if row.get("picked")]
+    assert "finalist" in kept
+    top = max(row["oof_balanced_accuracy"] for row in finalists)
+    assert kept["oof_balanced_accuracy"] == top
+    # ties go to the finalist validation prefers (the lower finalist number)
+    assert kept["finalist"] == min(
+        row["finalist"] for row in finalists if row["oof_balanced_accuracy"] == top
+    )
+    # the shipped model's threshold and figures are the kept finalist's out-of-fold ones
+    how = dict(kb_name="t", encoder=enc, criterion="pvalue", seed=0, target_frr=0.01)
+    oof = _out_of_fold(s, res.best, pca_method="auto", **how)
+    figures = oof.at_threshold(0.01)
+    assert figures is not None
+    assert res.model.metrics["oof_ood_accept_rate"] == pytest.approx(figures["oof_ood_accept_rate"])
+    assert kept["oof_ood_accept_rate"] == pytest.approx(figures["oof_ood_accept_rate"], abs=1e-6)
+    from sidecar.scoring import conformal_threshold
+
+    assert res.model.threshold == conformal_threshold(oof.id_scores, 0.01)
+    # split calibration has no finalists: validation AUROC alone decides
+    split = search(s, "logreg", kb_name="t", encoder=enc, grid=grid, calibration="split")
+    assert not any("finalist" in row for row in split.table)
+
+
+def test_out_of_fold_keeps_ood_groups_whole_and_skips_too_few(monkeypatch) -> None:
+    import sidecar.training._search as search_module
+
+    rng = np.random.default_rng(0)
+    kb = rng.normal(size=(40, 6)).astype(np.float32)
+    ids = rng.normal(size=(60, 6)).astype(np.float32)
+    ood = np.c_[np.arange(80.0), rng.normal(size=(80, 5))].astype(np.float32)  # col 0: row
+    groups = np.arange(80) // 4
+    s = carve_splits(kb, ids, ood, seed=0, ood_groups=groups)
+    assert s.ood_groups is not None
+    rows = np.concatenate([s.ood_fit[:, 0], s.ood_val[:, 0]]).astype(int)
+    np.testing.assert_array_equal(s.ood_groups, groups[rows])
+    seen: list[set[int]] = []
+    real = search_module._fit
+
+    def spy(part, cand, **kw):
+        if part.ood_fit is not None:
+            seen.append(set(groups[part.ood_fit[:, 0].astype(int)].tolist()))
+        return real(part, cand, **kw)
+
+    monkeypatch.setattr(search_module, "_fit", spy)
+    how = dict(kb_name="t", encoder={"name": "fake", "dim": 6}, criterion="pvalue", seed=0)
+    oof = search_module._out_of_fold(s, Candidate("logreg", 2), target_frr=0.01, **how)
+    assert oof.ood_scores is not None and np.isfinite(oof.ood_scores).all()
+    assert len(seen) == oof.folds == 5
+    all_groups = set(s.ood_groups.tolist())
+    held = [all_groups - fit_groups for fit_groups in seen]
+    # every OOD group is held out by exactly one fold, whole
+    assert sorted(g for h in held for g in h) == sorted(all_groups)
+    # OOD queries in fewer groups than folds are not folded: no out-of-fold OOD scores
+    few = carve_splits(kb, ids, ood, seed=0, ood_groups=np.arange(80) // 20)
+    oof_few = search_module._out_of_fold(few, Candidate("logreg", 2), target_frr=0.01, **how)
+    assert oof_few.ood_scores is None and oof_few.at_threshold(0.01) is None

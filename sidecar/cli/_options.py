@@ -53,8 +53,10 @@ calibration_option = click.option(
     type=click.Choice(["cross", "split"]),
     help="frr rule: cross ships a model fitted on every ID training query, its threshold "
     "the conformal quantile of 5-fold out-of-fold scores (a steadier threshold; no "
-    "finite-sample guarantee); split calibrates on a held-out calibration part only (the "
-    "conformal guarantee holds, the threshold moves more with the split). "
+    "finite-sample guarantee), and picks among the candidates validation cannot tell "
+    "apart by out-of-fold balanced accuracy at that threshold; split calibrates on a "
+    "held-out calibration part only (the conformal guarantee holds, the threshold moves "
+    "more with the split) and keeps the smallest of those candidates. "
     "[default: cross; split for --threshold-rule balanced]",
 )
 

@@ -2,9 +2,11 @@
 
 Steps: read the KB and labelled queries (or precomputed embeddings), embed what is text
 (cached), carve fit / validation / calibration splits (seeded), search the detector's
-hyperparameters on validation AUROC (the fewest dimensions within one standard error of
-the best), refit and calibrate the conformal threshold, then
-build the artifact and the report. Wall time and peak memory are recorded.
+hyperparameters on validation AUROC (the candidates within one standard error of the best
+are the finalists; cross-calibration keeps the finalist with the best out-of-fold balanced
+accuracy at its threshold, split calibration the one with the fewest dimensions), refit and
+calibrate the conformal threshold, then build the artifact and the report. Wall time and
+peak memory are recorded.
 
 The shipped model is refitted on fit + validation (split calibration) or on every ID
 training query (cross-calibration, the default), so it is never scored on the validation

@@ -26,7 +26,8 @@ def criterion_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., 
         default="pvalue",
         show_default=True,
         type=click.Choice(["pvalue", "evr", "auto"]),
-        help=help + " auto: search under both, keep the better validation AUROC.",
+        help=help + " auto: search under both, keep the better winner (out-of-fold balanced "
+        "accuracy under cross-calibration, else validation AUROC).",
     )
 
 

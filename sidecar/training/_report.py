@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from sidecar.training._search import MAX_FINALISTS
+
 log = logging.getLogger(__name__)
 
 
@@ -210,9 +212,10 @@ def _search_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     ]
     if oof:
         out += [
-            "Each finalist (at most the first eight of the shortlist) was also scored out of",
-            "fold on every training query; the kept one (**picked**) has the best out-of-fold",
-            "balanced accuracy at its own calibrated threshold.",
+            f"Each finalist (the first {MAX_FINALISTS} of the shortlist) was also scored out of",
+            "fold on the ID and OOD training queries; within a criterion, the kept one",
+            "(**picked**) has the best out-of-fold balanced accuracy at its own calibrated",
+            "threshold.",
         ]
     else:
         out += ["The kept one (**picked**) has the fewest dimensions of the shortlist."]

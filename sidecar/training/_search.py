@@ -7,12 +7,14 @@ the fit part and ranks them by validation AUROC. The candidates within one stand
 of the best form a shortlist (the one-standard-error rule; ``selection="best"`` keeps the
 best alone). With split calibration the shortlist's smallest candidate (fewest input
 dimensions) wins; it is refitted on fit + validation and calibrated on the calibration
-queries. With cross-calibration, the default, every shortlisted candidate (at most
-``MAX_FINALISTS``) is scored out of fold on every ID and OOD training query, and the one
-with the best out-of-fold balanced accuracy at its own cross-calibrated threshold wins:
-validation AUROC cannot tell the shortlist apart, the operating point the model will run
-at, measured on all the training queries, can. The winner is fitted on every ID training
-query and keeps the threshold of its out-of-fold scores. The threshold is the conformal
+queries. With cross-calibration, the default, the shortlisted candidates (the first
+``MAX_FINALISTS`` of it, fewest dimensions first) are scored out of fold on every
+ID training query and on the OOD fit + validation queries, and the one with the best
+out-of-fold balanced accuracy at its own cross-calibrated threshold wins: validation
+AUROC cannot tell the shortlist apart, the operating point the model will run at,
+measured on all those queries, can (where the OOD queries cannot fill the folds, the
+shortlist's first wins). The winner is fitted on every ID training query and keeps the
+threshold of its out-of-fold scores. The threshold is the conformal
 quantile for a target false-reject rate (``threshold_rule="frr"``, the default), or the
 one that maximises balanced accuracy on held-out ID and OOD calibration queries
 (``"balanced"``, split calibration). The refit has seen the validation split, so every
@@ -239,16 +241,17 @@ def _out_of_fold(
     cand: Candidate,
     *,
     folds: int = CROSS_FOLDS,
+    fold_ood: bool = True,
     **fit: Any,
 ) -> OutOfFold:
     """Score every ID training query (fit, validation and calibration) by ``cand`` fitted on
-    the other folds; the OOD fit + validation queries are folded alongside and scored the
-    same way when they fill the folds.
+    the other folds; with ``fold_ood``, the OOD fit + validation queries are folded
+    alongside and scored the same way when they fill the folds.
 
     Folds keep groups whole (``splits.id_groups`` / ``splits.ood_groups`` where known);
     there are fewer folds where there are fewer ID groups, at least the three carve_splits
-    needs. OOD queries in fewer groups than folds are not folded: every fit sees them all
-    and there are no out-of-fold OOD scores.
+    needs. OOD queries not folded (``fold_ood=False``, or in fewer groups than folds) are
+    seen by every fit, and there are no out-of-fold OOD scores.
     """
     E = np.vstack([splits.id_fit, splits.id_val, splits.id_cal])
     groups = np.arange(len(E)) if splits.id_groups is None else splits.id_groups
@@ -259,7 +262,7 @@ def _out_of_fold(
     rng = np.random.default_rng(fit["seed"])
     id_folds = group_folds(groups, folds, rng)
     ood_folds: list[np.ndarray] | None = None
-    if ood is not None:
+    if ood is not None and fold_ood:
         og = np.arange(len(ood)) if splits.ood_groups is None else splits.ood_groups
         if len(np.unique(og)) >= folds:
             ood_folds = group_folds(og, folds, rng)
@@ -297,7 +300,13 @@ def _cross_calibrated(
     shipped one). The shipped model's OOD side is the OOD fit + validation queries.
     """
     if oof is None:
-        oof = _out_of_fold(splits, cand, folds=folds, **fit)
+        try:
+            oof = _out_of_fold(splits, cand, folds=folds, **fit)
+        except (ConfigError, DataError) as exc:
+            # too few OOD queries left in some fold for this candidate: every fold fit
+            # sees all of them, as the candidate's own search fit did
+            log.info("out-of-fold OOD scores skipped for %s: %s", cand, exc)
+            oof = _out_of_fold(splits, cand, folds=folds, fold_ood=False, **fit)
     E = np.vstack([splits.id_fit, splits.id_val, splits.id_cal])
     ood = None
     if splits.has_ood:
@@ -352,7 +361,7 @@ def search(
     selection: str = "one_se",
     calibration: str | None = None,
 ) -> SearchResult:
-    """Pick ``detector``'s hyperparameters by validation AUROC, refit, calibrate.
+    """Shortlist ``detector``'s hyperparameters by validation AUROC, decide, refit, calibrate.
 
     ``selection``: how the validation AUROCs shortlist the candidates (:func:`shortlist`);
     the kept row of the returned table has ``"picked": True``. ``calibration`` (threshold
@@ -364,10 +373,11 @@ def search(
     calibration part (the finite-sample conformal guarantee holds).
 
     ``criterion``: ``"pvalue"``, ``"evr"``, or ``"auto"``, which searches the grid under
-    both and keeps the better validation AUROC (p-value on a tie; its table rows carry a
-    ``criterion`` key). ``threshold_rule``: ``"frr"`` (conformal quantile for
-    ``target_frr``) or ``"balanced"`` (best balanced accuracy on ``splits.id_cal`` /
-    ``splits.ood_cal``).
+    both and keeps the better of the two winners (p-value on a tie; its table rows carry a
+    ``criterion`` key): by out-of-fold balanced accuracy under cross-calibration, as each
+    winner was chosen, else by validation AUROC. ``threshold_rule``: ``"frr"`` (conformal
+    quantile for ``target_frr``) or ``"balanced"`` (best balanced accuracy on
+    ``splits.id_cal`` / ``splits.ood_cal``).
 
     Without OOD training queries there is no validation AUROC: the grid's first candidate
     that fits is used (the detectors that need OOD labels raise ConfigError), and the
@@ -395,9 +405,14 @@ def search(
                 for c in CRITERIA
             }
 
+            # The runs' winners compared as each was chosen: by out-of-fold balanced
+            # accuracy where both have it (cross-calibration), else by validation AUROC.
+            key = "oof_balanced_accuracy"
+            by_oof = all(key in runs[c].model.metrics for c in CRITERIA)
+
             def ranked(c: str) -> float:
-                v = runs[c].val_auroc
-                return -math.inf if v is None else v
+                v = runs[c].model.metrics[key] if by_oof else runs[c].val_auroc
+                return -math.inf if v is None else float(v)
 
             win = max(CRITERIA, key=ranked)  # the first of CRITERIA (p-value) on a tie
             rows = [
@@ -499,28 +514,37 @@ def _decide_out_of_fold(
     how: Mapping[str, Any],
 ) -> tuple[int, OutOfFold | None]:
     """The finalist with the best out-of-fold balanced accuracy at its own cross-calibrated
-    threshold, and its out-of-fold scores.
+    threshold, and its out-of-fold scores (None when the winner has to be rescored).
 
     ``finalists``: (position in the search's fitted list, table row, candidate), in the
-    order validation AUROC prefers them, which also breaks ties. Each row gains the
-    out-of-fold figures. Validation AUROC cannot separate the finalists; every training
-    query, scored out of fold at the operating point the shipped model will run at, can
-    (on covid, 357 ID and about 750 OOD queries against a validation split of 73 ID).
-    Without out-of-fold OOD scores the first finalist is kept.
+    order validation AUROC prefers them; a tie goes to the earlier one. Each row gains the
+    out-of-fold figures. Validation AUROC cannot separate the finalists; the ID and OOD
+    training queries, scored out of fold at the operating point the shipped model will run
+    at, can (on covid, 357 ID and about 750 OOD queries against a validation split of 73
+    ID). A finalist that cannot be fitted on a fold (too few OOD queries left for it) drops
+    out; without out-of-fold OOD scores, or when every finalist drops out, the first
+    finalist is kept.
     """
     best: tuple[float, int, OutOfFold] | None = None
-    first: OutOfFold | None = None
     for rank, (pos, row, cand) in enumerate(finalists):
-        oof = _out_of_fold(splits, cand, **how)
-        first = first or oof
-        figures = oof.at_threshold(float(how["target_frr"]))
-        if figures is None:
-            return finalists[0][0], first
-        row.update({k: round(v, 6) for k, v in figures.items()})
         row["finalist"] = rank + 1
+        try:
+            oof = _out_of_fold(splits, cand, **how)
+        except (ConfigError, DataError) as exc:
+            log.info("finalist %s dropped out of fold: %s", cand, exc)
+            row["oof_skipped"] = str(exc)
+            continue
+        figures = oof.at_threshold(float(how["target_frr"]))
+        if figures is None:  # the OOD queries do not fill the folds: nothing to compare
+            for _, other, _ in finalists:
+                other.pop("finalist", None)
+                other.pop("oof_skipped", None)
+            return finalists[0][0], oof if rank == 0 else None
+        row.update({k: round(v, 6) for k, v in figures.items()})
         if best is None or figures["oof_balanced_accuracy"] > best[0]:
             best = (figures["oof_balanced_accuracy"], pos, oof)
-    assert best is not None
+    if best is None:
+        return finalists[0][0], None
     return best[1], best[2]
 
 

@@ -481,3 +481,69 @@ def test_out_of_fold_keeps_ood_groups_whole_and_skips_too_few(monkeypatch) -> No
     few = carve_splits(kb, ids, ood, seed=0, ood_groups=np.arange(80) // 20)
     oof_few = search_module._out_of_fold(few, Candidate("logreg", 2), target_frr=0.01, **how)
     assert oof_few.ood_scores is None and oof_few.at_threshold(0.01) is None
+
+
+def test_out_of_fold_ties_go_to_the_finalist_validation_prefers(monkeypatch) -> None:
+    import sidecar.training._search as search_module
+    from sidecar.training._search import OutOfFold, _decide_out_of_fold
+
+    # two candidates with the same out-of-fold figures: same ID and OOD scores for both
+    ids, oods = np.linspace(0.0, 1.0, 200), np.linspace(0.9, 2.0, 100)
+    monkeypatch.setattr(
+        search_module, "_out_of_fold", lambda splits, cand, **kw: OutOfFold(ids, oods, 5)
+    )
+    rows: list[dict] = [{}, {}, {}]
+    finalists = [(7, rows[0], Candidate("logreg", 2)), (3, rows[1], Candidate("logreg", 4))]
+    pos, oof = _decide_out_of_fold(None, finalists, {"target_frr": 0.05})  # type: ignore[arg-type]
+    assert pos == 7 and oof is not None  # the first of the tied finalists
+    assert rows[0]["oof_balanced_accuracy"] == rows[1]["oof_balanced_accuracy"]
+    # 5% target over 200 ID scores: 9 refused (the conformal rank), FRR > 0 counted
+    assert rows[0]["oof_false_reject_rate"] == pytest.approx(9 / 200)
+    assert rows[0]["oof_ood_accept_rate"] == pytest.approx(np.mean(oods <= ids[-10]))
+    better = OutOfFold(ids, oods + 1.0, 5)  # the second finalist lets no OOD through
+    calls = iter([OutOfFold(ids, oods, 5), better])
+    monkeypatch.setattr(search_module, "_out_of_fold", lambda splits, cand, **kw: next(calls))
+    pos, oof = _decide_out_of_fold(None, finalists, {"target_frr": 0.05})  # type: ignore[arg-type]
+    assert pos == 3 and oof is better
+
+
+def test_finalists_that_cannot_fold_their_ood_queries_do_not_crash_the_search() -> None:
+    # 12 OOD training queries: 10 to fit, 2 to validate. The neighbour block needs its
+    # 10th-nearest OOD query, which a fold holding some of them out no longer has.
+    embed = _overlapping_embed(0.5)
+    t = _task()
+    s = carve_splits(embed(t.kb_texts), embed(t.id_train), embed(t.ood_train[:12]), seed=0)
+    assert len(s.ood_fit) == 10
+    res = search(s, "combined", kb_name="t", encoder={"name": "fake", "dim": DIM})
+    assert np.isfinite(res.model.threshold)
+    assert res.model.metrics["calibration"] == "cross"
+    kept = [row for row in res.table if row.get("picked")]
+    assert len(kept) == 1
+
+
+def test_carve_splits_ood_groups_follow_truncated_and_calibration_parts() -> None:
+    rng = np.random.default_rng(3)
+    kb, ids = rng.normal(size=(20, 4)), rng.normal(size=(40, 4))
+    ood = np.c_[np.arange(300.0), rng.normal(size=(300, 3))]  # column 0: row
+    groups = np.arange(300) // 3
+    s = carve_splits(kb, ids, ood, seed=2, ood_groups=groups, max_ood_fit=50, ood_cal_fraction=0.2)
+    assert s.ood_groups is not None and s.ood_cal is not None and len(s.ood_fit) <= 50
+    rows = np.concatenate([s.ood_fit[:, 0], s.ood_val[:, 0]]).astype(int)
+    np.testing.assert_array_equal(s.ood_groups, groups[rows])
+
+
+def test_auto_criterion_compares_the_winners_as_they_were_chosen() -> None:
+    embed = _overlapping_embed(0.2)
+    t = _task()
+    s = carve_splits(embed(t.kb_texts), embed(t.id_train), embed(t.ood_train), seed=1)
+    enc = {"name": "fake", "dim": DIM}
+    grid = [Candidate("logreg", m, {"C": 1.0}) for m in (1, 2, 4, 8)]
+    runs = {
+        c: search(s, "logreg", kb_name="t", encoder=enc, grid=grid, criterion=c)
+        for c in ("pvalue", "evr")
+    }
+    auto = search(s, "logreg", kb_name="t", encoder=enc, grid=grid, criterion="auto")
+    oof = {c: r.model.metrics["oof_balanced_accuracy"] for c, r in runs.items()}
+    want = "pvalue" if oof["pvalue"] >= oof["evr"] else "evr"
+    assert auto.model.criterion == want
+    assert auto.model.metrics["oof_balanced_accuracy"] == oof[want]

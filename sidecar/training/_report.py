@@ -211,11 +211,11 @@ def _search_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         "candidates within one standard error of the best validation AUROC are the shortlist.",
     ]
     if oof:
+        per = "within each criterion, " if any(r.get("criterion") for r in rows) else ""
         out += [
             f"Each finalist (the first {MAX_FINALISTS} of the shortlist) was also scored out of",
-            "fold on the ID and OOD training queries; within a criterion, the kept one",
-            "(**picked**) has the best out-of-fold balanced accuracy at its own calibrated",
-            "threshold.",
+            f"fold on the ID and OOD training queries; {per}the kept one (**picked**) has the",
+            "best out-of-fold balanced accuracy at its own calibrated threshold.",
         ]
     else:
         out += ["The kept one (**picked**) has the fewest dimensions of the shortlist."]

@@ -51,7 +51,7 @@ CRITERIA = ("pvalue", "evr")
 log = logging.getLogger(__name__)
 
 THRESHOLD_RULES = ("frr", "balanced")
-# How the search picks among its candidates (see pick_candidate).
+# How the search shortlists its candidates (see shortlist).
 SELECTIONS = ("one_se", "best")
 # How the shipped model's conformal threshold is calibrated (see search).
 CALIBRATIONS = ("split", "cross")
@@ -106,7 +106,7 @@ def balanced_threshold(id_scores: np.ndarray, ood_scores: np.ndarray) -> float:
 
 @dataclass(frozen=True)
 class Ranked:
-    """One fitted candidate's validation figures, as :func:`pick_candidate` sees them."""
+    """One fitted candidate's validation figures, as :func:`shortlist` sees them."""
 
     val_auroc: float
     dims: int
@@ -116,7 +116,8 @@ class Ranked:
 
 def shortlist(rows: Sequence[Ranked], selection: str = "one_se") -> list[int]:
     """Positions in ``rows`` (grid order) of the candidates validation cannot tell apart,
-    in the order :func:`pick_candidate` prefers them; the first is its pick.
+    in the order validation prefers them; the first is the pick where validation decides
+    alone (split calibration).
 
     ``"best"``: the highest validation AUROC alone (ties: fewer dimensions, then grid
     order). ``"one_se"``: every candidate whose validation AUROC is within one standard
@@ -136,13 +137,6 @@ def shortlist(rows: Sequence[Ranked], selection: str = "one_se") -> list[int]:
     floor = top.val_auroc - auroc_standard_error(top.val_auroc, top.n_id, top.n_ood)
     near = [j for j, r in enumerate(rows) if r.val_auroc >= floor]
     return sorted(near, key=lambda j: (rows[j].dims, -rows[j].val_auroc, j))
-
-
-def pick_candidate(rows: Sequence[Ranked], selection: str = "one_se") -> int:
-    """Position in ``rows`` (grid order) of the candidate validation AUROC alone keeps: the
-    first of :func:`shortlist` (under cross-calibration :func:`search` lets the
-    out-of-fold operating point choose among the shortlist instead)."""
-    return shortlist(rows, selection)[0]
 
 
 @dataclass
@@ -253,12 +247,9 @@ def _out_of_fold(
     needs. OOD queries not folded (``fold_ood=False``, or in fewer groups than folds) are
     seen by every fit, and there are no out-of-fold OOD scores.
     """
-    E = np.vstack([splits.id_fit, splits.id_val, splits.id_cal])
+    E, ood = splits.id_all, splits.ood_fit_val
     groups = np.arange(len(E)) if splits.id_groups is None else splits.id_groups
     folds = min(folds, len(np.unique(groups)))  # carve_splits needs 3 groups, not 5
-    ood = None
-    if splits.has_ood:
-        ood = np.vstack([p for p in (splits.ood_fit, splits.ood_val) if p is not None])
     rng = np.random.default_rng(fit["seed"])
     id_folds = group_folds(groups, folds, rng)
     ood_folds: list[np.ndarray] | None = None
@@ -307,10 +298,7 @@ def _cross_calibrated(
             # sees all of them, as the candidate's own search fit did
             log.info("out-of-fold OOD scores skipped for %s: %s", cand, exc)
             oof = _out_of_fold(splits, cand, folds=folds, fold_ood=False, **fit)
-    E = np.vstack([splits.id_fit, splits.id_val, splits.id_cal])
-    ood = None
-    if splits.has_ood:
-        ood = np.vstack([p for p in (splits.ood_fit, splits.ood_val) if p is not None])
+    E, ood = splits.id_all, splits.ood_fit_val
     whole = TrainingSplits(splits.kb, E, E[:0], E, ood, subspaces=splits.subspaces)
     model = _fit(whole, cand, final=False, **fit)
     thr = conformal_threshold(oof.id_scores, fit["target_frr"])

@@ -50,6 +50,18 @@ class TrainingSplits:
     def has_ood(self) -> bool:
         return self.ood_fit is not None and len(self.ood_fit) >= 2
 
+    @property
+    def id_all(self) -> np.ndarray:
+        """Every ID training row: fit, validation, calibration (the order of id_groups)."""
+        return np.vstack([self.id_fit, self.id_val, self.id_cal])
+
+    @property
+    def ood_fit_val(self) -> np.ndarray | None:
+        """The OOD fit + validation rows (the order of ood_groups); None without OOD."""
+        if not self.has_ood:
+            return None
+        return np.vstack([p for p in (self.ood_fit, self.ood_val) if p is not None])
+
 
 def group_folds(groups: np.ndarray, k: int, rng: np.random.Generator) -> list[np.ndarray]:
     """``k`` folds of row indices; each group whole in one fold, folds of similar size."""

@@ -185,7 +185,10 @@ def test_protocol_fits_every_paper_detector_under_both_criteria() -> None:
 
 def test_one_se_rule_keeps_the_smaller_candidate_within_one_standard_error() -> None:
     from sidecar.training._metrics import auroc_standard_error
-    from sidecar.training._search import Ranked, pick_candidate
+    from sidecar.training._search import Ranked, shortlist
+
+    def pick_candidate(rows, selection):
+        return shortlist(rows, selection)[0]
 
     se = auroc_standard_error(0.95, 100, 100)  # about 0.015
     rows = [Ranked(0.95, 30, 100, 100), Ranked(0.95 - se / 2, 10, 100, 100)]

@@ -88,9 +88,10 @@ from sidecar.cli._root import main
     default="grouped",
     show_default=True,
     type=click.Choice(["grouped", "random"]),
-    help="Cross-fitted benchmarks (covid): grouped keeps a question, its paraphrases and "
-    "near-duplicates in one fold and one training split; random splits query by query, as "
-    "the reference paper does (a paraphrase of a judged query may be trained on).",
+    help="grouped keeps near-duplicate training queries (cosine >= 0.9) in one part of the "
+    "training split and, on cross-fitted benchmarks (covid), a question, its paraphrases "
+    "and near-duplicates in one fold; random splits query by query, as the reference paper "
+    "does (a paraphrase of a judged query may be trained on).",
 )
 @click.option(
     "--seeds",

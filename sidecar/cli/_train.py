@@ -37,12 +37,17 @@ _PATH = click.Path(path_type=Path)
     type=_PATH,
     help="KB as precomputed embeddings (.npy, n x dim) instead of --kb.",
 )
-@click.option("--id-queries", type=_PATH, help='ID training queries, JSONL {"text"}.')
+@click.option(
+    "--id-queries",
+    type=_PATH,
+    help='ID training queries, JSONL {"text"}; an optional "group" names paraphrases.',
+)
 @click.option("--id-embeddings", type=_PATH, help="ID training queries as a .npy array.")
 @click.option(
     "--ood-queries",
     type=_PATH,
-    help='OOD training queries, JSONL {"text"} (optional for KB-only detectors).',
+    help='OOD training queries, JSONL {"text"} (optional for KB-only detectors; "group" '
+    "as for --id-queries).",
 )
 @click.option("--ood-embeddings", type=_PATH, help="OOD training queries as a .npy array.")
 @click.option("--kb-name", default=None, help="KB id in the model store [default: settings].")
@@ -68,6 +73,14 @@ _PATH = click.Path(path_type=Path)
     help="combined only: comma-separated blocks among pcs,residual,max_cosine,knn,neighbours.",
 )
 @target_frr_option
+@click.option(
+    "--group-near-duplicates/--no-group-near-duplicates",
+    default=True,
+    show_default=True,
+    help="Keep training queries at cosine >= 0.9 to each other (and each JSONL 'group') in "
+    "one part of the validation / calibration split, so the threshold is calibrated on "
+    "queries as new as live traffic.",
+)
 @threshold_rule_option
 @calibration_option
 @seed_option
@@ -148,6 +161,7 @@ def train_command(**opts: Any) -> None:
         pca_method=opts["pca_method"],
         threshold_rule=opts["threshold_rule"],
         calibration=opts["calibration"],
+        group_near_duplicates=opts["group_near_duplicates"],
     )
     # Inputs first (with their own encoding bar): a bad path fails before any other output.
     inputs, embed_s = load_inputs(opts, settings, progress=progress)

@@ -29,7 +29,13 @@ from sidecar.training._metrics import (
     paper_accuracy,
 )
 from sidecar.training._search import fixed_fit, resolve_calibration, search
-from sidecar.training._splits import OOD_CAL_FRACTION, carve_splits, group_folds
+from sidecar.training._splits import (
+    NEAR_DUPLICATE_COS,
+    OOD_CAL_FRACTION,
+    carve_splits,
+    group_folds,
+    near_duplicate_groups,
+)
 from sidecar.training._targets import PROTOCOL_M, protocol_table, targets
 
 log = logging.getLogger(__name__)
@@ -70,42 +76,6 @@ def _time_us(model: OODModel, E: np.ndarray, repeats: int = 3) -> float:
         model.score(E)
         times.append(time.perf_counter() - t0)
     return float(np.median(times) / max(len(E), 1) * 1e6)
-
-
-# Evaluation queries at least this cosine-similar are near-duplicates (AdvBench has many
-# templated ones, the COVID FAQ's paraphrases reach it too): cross-fitting keeps them in
-# one fold, so that none is scored by a model trained on its near copy.
-NEAR_DUPLICATE_COS = 0.9
-
-
-def near_duplicate_groups(
-    E: np.ndarray, groups: Sequence[int] | None = None, cos: float = NEAR_DUPLICATE_COS
-) -> np.ndarray:
-    """Group labels, shape (n,): ``groups`` (default: one per row) joined transitively
-    wherever two rows of ``E`` (n, dim) have cosine similarity >= ``cos``."""
-    n = len(E)
-    parent = np.arange(n)
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = int(parent[i])
-        return i
-
-    def join(i: int, j: int) -> None:
-        a, b = root(i), root(j)
-        if a != b:
-            parent[max(a, b)] = min(a, b)
-
-    if groups is not None:
-        first: dict[int, int] = {}
-        for i, g in enumerate(groups):
-            join(i, first.setdefault(int(g), i))
-    U = E / np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1e-12)
-    similar = np.triu(U @ U.T, k=1) >= cos
-    for i, j in zip(*np.nonzero(similar), strict=True):
-        join(int(i), int(j))
-    return np.array([root(i) for i in range(n)])
 
 
 FOLD_GROUPINGS = ("grouped", "random")
@@ -162,6 +132,39 @@ class _Pool:
         return out
 
 
+def _labels(given: Sequence[int] | None, n: int) -> np.ndarray:
+    """``given`` as labels 0..g-1 (one label per row when None)."""
+    return np.arange(n) if given is None else np.unique(np.asarray(given), return_inverse=True)[1]
+
+
+def _query_groups(
+    task: KBTask,
+    fold_grouping: str,
+    E_idt: np.ndarray,
+    E_ide: np.ndarray,
+    E_oodt: np.ndarray | None,
+    E_oode: np.ndarray,
+) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None, np.ndarray | None]:
+    """Group labels of the ID training, ID evaluation, OOD training and OOD evaluation rows.
+
+    ``"grouped"``: the task's groups (paraphrases) joined with near-duplicates, so that the
+    training split keeps each group in one of fit / validation / calibration and, on
+    cross-fitted tasks, the folds keep each group of evaluation queries whole (a training
+    query links evaluation queries it nearly duplicates). The evaluation labels are None
+    unless the task is cross-fitted; ``"random"`` gives None throughout (row by row).
+    """
+    if fold_grouping != "grouped":
+        return None, None, None, None
+    if task.cross_fit <= 1:
+        g_idt = near_duplicate_groups(E_idt, task.id_train_groups) if len(E_idt) else None
+        return g_idt, None, None if E_oodt is None else near_duplicate_groups(E_oodt), None
+    a = _labels(task.id_train_groups, len(E_idt))
+    b = _labels(task.id_eval_groups, len(E_ide)) + (int(a.max()) + 1 if len(a) else 0)
+    ids = near_duplicate_groups(np.vstack([E_idt, E_ide]), np.r_[a, b])
+    oods = near_duplicate_groups(np.vstack([E_oode] + ([E_oodt] if E_oodt is not None else [])))
+    return ids[: len(E_idt)], ids[len(E_idt) :], oods[len(E_oode) :], oods[: len(E_oode)]
+
+
 def evaluate_task(
     task: KBTask,
     embed: Embed,
@@ -183,10 +186,11 @@ def evaluate_task(
     ``threshold_rule``: ``"frr"`` (conformal quantile) or ``"balanced"`` (best balanced
     accuracy on held-out ID and OOD training queries, for every detector; a KB without OOD
     training queries keeps the conformal threshold).
-    ``fold_grouping`` (cross-fitted KBs): ``"grouped"`` keeps paraphrases and near-duplicates
-    in one fold, and in one part of the training split, so that the threshold is calibrated
-    on queries as unseen as those it is judged on; ``"random"`` splits query by query, as
-    the reference paper's protocol does (a query's paraphrase may then be trained on).
+    ``fold_grouping``: ``"grouped"`` keeps paraphrases and near-duplicates in one part of the
+    training split (and, on cross-fitted KBs, in one fold), so that the threshold is
+    calibrated on queries as unseen as those it is judged on; ``"random"`` splits query by
+    query, as the reference paper's protocol does (a query's paraphrase may then be
+    trained on).
     """
     if fold_grouping not in FOLD_GROUPINGS:
         raise ConfigError(f"fold_grouping must be one of {FOLD_GROUPINGS}, not {fold_grouping!r}")
@@ -198,10 +202,8 @@ def evaluate_task(
     E_oodt = embed(task.ood_train) if task.ood_train else None
     E_ide, E_oode = embed(task.id_eval), embed(task.ood_eval)
     rng = np.random.default_rng(seed)
-    g_id = g_ood = None
-    if task.cross_fit > 1 and fold_grouping == "grouped":
-        g_id = near_duplicate_groups(E_ide, task.id_eval_groups)
-        g_ood = near_duplicate_groups(E_oode)
+    g_idt, g_id, g_oodt, g_ood = _query_groups(task, fold_grouping, E_idt, E_ide, E_oodt, E_oode)
+    if g_id is not None and g_ood is not None:
         folds = list(
             zip(
                 group_folds(g_id, task.cross_fit, rng),
@@ -223,12 +225,7 @@ def evaluate_task(
     proto: dict[str, dict[str, _Pool]] = {}
     for f, (fi, fo) in enumerate(folds):
         id_train, ood_train = E_idt, E_oodt
-        ood_groups = None
-        id_groups = (
-            None
-            if task.id_train_groups is None or fold_grouping != "grouped"
-            else np.asarray(task.id_train_groups)
-        )
+        id_groups, ood_groups = g_idt, g_oodt
         if task.cross_fit > 1:  # train on the other folds' evaluation queries
             rest_i = np.setdiff1d(np.arange(len(E_ide)), fi)
             rest_o = np.setdiff1d(np.arange(len(E_oode)), fo)
@@ -236,10 +233,8 @@ def evaluate_task(
             parts = [E_oode[rest_o]] + ([E_oodt] if E_oodt is not None else [])
             ood_train = np.vstack(parts)
             if g_id is not None and g_ood is not None:
-                # training queries of the task's own: one group each (negative labels)
-                id_groups = np.r_[-1 - np.arange(len(E_idt)), g_id[rest_i]]
-                n_oodt = 0 if E_oodt is None else len(E_oodt)
-                ood_groups = np.r_[g_ood[rest_o], -1 - np.arange(n_oodt)]
+                id_groups = np.r_[g_idt, g_id[rest_i]]
+                ood_groups = np.r_[g_ood[rest_o], g_oodt]
         splits = carve_splits(
             E_kb,
             id_train,
@@ -373,6 +368,12 @@ def evaluate_benchmark(
                 f"{NEAR_DUPLICATE_COS}, in the folds and in the training splits"
                 if fold_grouping == "grouped"
                 else "query by query (a paraphrase of an evaluation query may be trained on)"
+            ),
+            "training_splits": (
+                f"near-duplicate training queries (cosine >= {NEAR_DUPLICATE_COS}) kept in "
+                "one of fit / validation / calibration, and in one fold of cross-calibration"
+                if fold_grouping == "grouped"
+                else "query by query"
             ),
         },
         "wall_s": round(time.perf_counter() - t0, 1),

@@ -33,7 +33,12 @@ from sidecar.training._grid import MAX_DIMS, Candidate, default_grid
 from sidecar.training._metrics import auroc, balanced_accuracy, fpr_at_tpr, paper_accuracy
 from sidecar.training._report import ReportData, pc_loadings, write_report
 from sidecar.training._search import SearchResult, fixed_fit, search
-from sidecar.training._splits import OOD_CAL_FRACTION, TrainingSplits, carve_splits
+from sidecar.training._splits import (
+    OOD_CAL_FRACTION,
+    TrainingSplits,
+    carve_splits,
+    near_duplicate_groups,
+)
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +65,9 @@ class TrainInputs:
     ood_queries: np.ndarray | None
     kb_ids: list[str] = field(default_factory=list)
     kb_texts: list[str] = field(default_factory=list)
+    # Group number per query (paraphrases share one), from the JSONL "group" field.
+    id_groups: list[int] | None = None
+    ood_groups: list[int] | None = None
 
 
 @dataclass
@@ -74,6 +82,8 @@ class TrainConfig:
     pca_method: str = "auto"
     threshold_rule: str = "frr"
     calibration: str | None = None  # cross for the frr rule
+    # Join near-duplicate training queries (cosine >= NEAR_DUPLICATE_COS) into groups.
+    group_near_duplicates: bool = True
 
 
 @dataclass
@@ -151,8 +161,42 @@ def _validation_metrics(model: OODModel, splits: TrainingSplits) -> dict[str, An
     return out
 
 
+def query_groups(
+    inputs: TrainInputs, cfg: TrainConfig
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Group labels of the ID and OOD training queries (None: one group per query).
+
+    The given groups (paraphrases), joined with near-duplicates unless
+    ``cfg.group_near_duplicates`` is off. The splits keep each group in one of fit /
+    validation / calibration, and cross-calibration keeps it in one fold: a calibration
+    query whose near copy was fitted on scores as more in-domain than a new query does,
+    and the threshold would then refuse more in-domain traffic than its target.
+    """
+    out: list[np.ndarray | None] = []
+    for E, given in (
+        (inputs.id_queries, inputs.id_groups),
+        (inputs.ood_queries, inputs.ood_groups),
+    ):
+        if E is None:
+            out.append(None)
+        elif cfg.group_near_duplicates:
+            out.append(near_duplicate_groups(E, given))
+        elif given is not None:
+            if len(given) != len(E):
+                raise DataError(f"{len(given)} group labels for {len(E)} training queries")
+            out.append(np.asarray(given))
+        else:
+            out.append(None)
+    return out[0], out[1]
+
+
+def _n_groups(groups: np.ndarray | None, n: int) -> int:
+    return n if groups is None else len(np.unique(groups))
+
+
 def _splits(inputs: TrainInputs, cfg: TrainConfig) -> TrainingSplits:
     """The seeded fit / validation / calibration cut (plus OOD calibration for 'balanced')."""
+    id_groups, ood_groups = query_groups(inputs, cfg)
     return carve_splits(
         inputs.kb,
         inputs.id_queries,
@@ -160,6 +204,8 @@ def _splits(inputs: TrainInputs, cfg: TrainConfig) -> TrainingSplits:
         seed=cfg.seed,
         target_frr=cfg.target_frr,
         ood_cal_fraction=OOD_CAL_FRACTION if cfg.threshold_rule == "balanced" else 0.0,
+        id_groups=id_groups,
+        ood_groups=ood_groups,
     )
 
 
@@ -194,6 +240,11 @@ def train(
         "n_kb": len(inputs.kb),
         "n_id_queries": len(inputs.id_queries),
         "n_ood_queries": 0 if inputs.ood_queries is None else len(inputs.ood_queries),
+        # groups the splits and folds keep whole (queries, when each is its own)
+        "n_id_groups": _n_groups(splits.id_groups, len(inputs.id_queries)),
+        "n_ood_groups": _n_groups(
+            splits.ood_groups, 0 if splits.ood_fit_val is None else len(splits.ood_fit_val)
+        ),
         "candidates": len(res.table),
         "search_and_fit_s": round(t2 - t1, 3),
         "train_total_s": round(t2 - t0, 3),

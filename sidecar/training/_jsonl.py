@@ -1,7 +1,8 @@
 """Readers for the training job's inputs: a KB and query sets as JSONL.
 
-KB lines are ``{"id": ..., "text": ...}``; query lines are ``{"text": ...}`` (other keys are
-ignored). Every error names the file and the 1-based line number.
+KB lines are ``{"id": ..., "text": ...}``; query lines are ``{"text": ...}``, optionally with
+a ``"group"`` (string or integer) naming the queries that paraphrase each other (other keys
+are ignored). Every error names the file and the 1-based line number.
 """
 
 from __future__ import annotations
@@ -74,6 +75,31 @@ def read_kb(path: str | Path) -> list[KBDocument]:
 def read_queries(path: str | Path) -> list[str]:
     """Read query texts (field ``text``)."""
     return [rec["text"].strip() for _, rec in _records(Path(path))]
+
+
+def read_query_groups(path: str | Path) -> tuple[list[str], list[int] | None]:
+    """Query texts and a group number per text (None when no line has a ``group``).
+
+    Lines with the same ``group`` share a number (an integer ``3`` and a string ``"3"``
+    name the same group); a line without one is a group of its own.
+    """
+    p = Path(path)
+    records = _records(p)
+    texts = [rec["text"].strip() for _, rec in records]
+    if not any("group" in rec for _, rec in records):
+        return texts, None
+    number: dict[str, int] = {}
+    groups = []
+    for lineno, rec in records:
+        g = rec.get("group")
+        if g is None:
+            groups.append(len(number))
+            number[f"line {lineno}"] = len(number)  # a key no named group can take
+            continue
+        if not isinstance(g, str | int) or isinstance(g, bool) or str(g) == "":
+            raise DataError(f"{p}:{lineno}: field 'group' must be a string or an integer")
+        groups.append(number.setdefault(f"group {g}", len(number)))
+    return texts, groups
 
 
 def demo_path(name: str) -> Path:

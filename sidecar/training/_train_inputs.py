@@ -24,7 +24,7 @@ from sidecar.training._jsonl import (
     DEMO_OOD_QUERIES,
     demo_path,
     read_kb,
-    read_queries,
+    read_query_groups,
 )
 
 log = logging.getLogger(__name__)
@@ -59,8 +59,8 @@ def load_inputs(
         raise ConfigError("ID training queries are required: --id-queries or --id-embeddings")
 
     docs = read_kb(kb_path) if kb_path else None
-    id_texts = read_queries(id_path) if id_path else None
-    ood_texts = read_queries(ood_path) if ood_path else None
+    id_texts, id_groups = read_query_groups(id_path) if id_path else (None, None)
+    ood_texts, ood_groups = read_query_groups(ood_path) if ood_path else (None, None)
     kb_arr = load_npy(opts["kb_embeddings"], "KB embeddings") if opts.get("kb_embeddings") else None
     id_arr = load_npy(opts["id_embeddings"], "ID embeddings") if opts.get("id_embeddings") else None
     ood_arr = (
@@ -102,6 +102,8 @@ def load_inputs(
         ood_queries=None if ood_arr is None else np.asarray(ood_arr, dtype=np.float32),
         kb_ids=[d.id for d in docs] if docs else [],
         kb_texts=[d.text for d in docs] if docs else [],
+        id_groups=id_groups,
+        ood_groups=ood_groups,
     )
     log.info(
         "training inputs: %s KB docs, %s ID, %s OOD queries",

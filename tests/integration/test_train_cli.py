@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -77,6 +78,44 @@ def test_train_on_embeddings_publishes_to_directory_store(
     far = _unit(np.random.default_rng(5).normal(size=(20, DIM)))
     near = np.load(embeddings["kb"])[:20]
     assert np.median(model.score(far)) > np.median(model.score(near))
+
+
+def test_near_duplicate_training_queries_are_grouped_unless_turned_off(
+    tmp_path: Path, embeddings: dict[str, Path]
+) -> None:
+    rng = np.random.default_rng(3)
+    heads = np.load(embeddings["id"])[:30]
+    copies = _unit(np.repeat(heads, 3, axis=0) + 0.01 * rng.normal(size=(90, DIM)))
+    np.save(embeddings["id"], copies)  # 30 queries, each written three ways
+    groups = {}
+    for flag in ("--group-near-duplicates", "--no-group-near-duplicates"):
+        stats = tmp_path / f"{flag}.json"
+        res = CliRunner().invoke(
+            main,
+            [
+                "train",
+                "--kb-embeddings",
+                str(embeddings["kb"]),
+                "--id-embeddings",
+                str(embeddings["id"]),
+                "--ood-embeddings",
+                str(embeddings["ood"]),
+                "--m",
+                "4",
+                "--features",
+                "pcs,residual",
+                flag,
+                "--no-report",
+                "--no-progress",
+                "--out",
+                str(tmp_path / flag),
+                "--stats-json",
+                str(stats),
+            ],
+        )
+        assert res.exit_code == 0, res.output
+        groups[flag] = json.loads(stats.read_text())["n_id_groups"]
+    assert groups == {"--group-near-duplicates": 30, "--no-group-near-duplicates": 90}
 
 
 @pytest.mark.parametrize(

@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from sidecar.training._evaluate import near_duplicate_groups
-from sidecar.training._splits import group_folds
+import sidecar.training._splits as splits_mod
+from sidecar.errors import DataError
+from sidecar.training._splits import group_folds, near_duplicate_groups
+
+
+def _planted(n_heads: int, copies: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``copies`` near copies (cosine > 0.99) of each of ``n_heads`` random directions."""
+    rng = np.random.default_rng(seed)
+    heads = rng.normal(size=(n_heads, 32))
+    E = np.repeat(heads, copies, axis=0) + 0.02 * rng.normal(size=(n_heads * copies, 32))
+    return E.astype(np.float32), np.repeat(np.arange(n_heads), copies)
 
 
 def test_near_duplicates_and_given_groups_join_transitively() -> None:
@@ -13,9 +23,41 @@ def test_near_duplicates_and_given_groups_join_transitively() -> None:
     E = rng.normal(size=(6, 16))
     E[1] = E[0] + 0.01 * rng.normal(size=16)  # a near copy of row 0
     E[2] = E[1] + 0.01 * rng.normal(size=16)  # and of row 1, so of 0 too
-    g = near_duplicate_groups(E, groups=[0, 1, 2, 3, 3, 5])  # rows 3 and 4: one group given
+    g = near_duplicate_groups(E, groups=[0, 1, 2, 3, 3, 5], max_share=1.0)  # rows 3, 4: given
     assert g[0] == g[1] == g[2] and g[3] == g[4]
     assert len({g[0], g[3], g[5]}) == 3
+
+
+def test_near_duplicates_found_across_similarity_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    E, truth = _planted(30, 4)
+    order = np.random.default_rng(1).permutation(len(E))  # copies land in different blocks
+    E, truth = E[order], truth[order]
+    whole = near_duplicate_groups(E)
+    monkeypatch.setattr(splits_mod, "_BLOCK", 7)
+    blocked = near_duplicate_groups(E)
+    assert np.array_equal(whole, blocked)
+    # exactly the planted groups: every copy with its head's other copies, nothing else
+    for g in np.unique(truth):
+        assert len(np.unique(blocked[truth == g])) == 1
+    assert len(np.unique(blocked)) == 30
+
+
+def test_a_dense_topic_of_near_duplicates_stops_at_the_group_cap() -> None:
+    rng = np.random.default_rng(2)
+    step = rng.normal(size=(100, 32)) * 0.05
+    E = np.cumsum(step, axis=0) + rng.normal(size=32) * 3  # a drifting walk: all near copies
+    assert len(np.unique(near_duplicate_groups(E, max_share=1.0))) == 1  # uncapped: one
+    g = near_duplicate_groups(E)  # default cap: 5% of the rows
+    _, sizes = np.unique(g, return_counts=True)
+    assert sizes.max() <= 5 and len(sizes) >= 20
+    # given groups are kept whole even beyond the cap
+    given = near_duplicate_groups(E, groups=[0] * 50 + list(range(1, 51)))
+    assert len(np.unique(given[:50])) == 1
+
+
+def test_group_labels_must_match_the_rows() -> None:
+    with pytest.raises(DataError, match="3 group labels for 4 queries"):
+        near_duplicate_groups(np.eye(4), groups=[0, 1, 2])
 
 
 def test_folds_keep_groups_whole_and_balanced() -> None:
@@ -65,3 +107,25 @@ def test_splits_without_groups_are_the_seeded_permutation_as_before() -> None:
     n_cal = 200 // 3  # at most 99 for a 1% target, at most a third of the queries
     assert np.array_equal(np.sort(s.id_cal[:, 0] // 4), np.sort(perm[:n_cal]))
     assert np.array_equal(np.sort(s.id_val[:, 0] // 4), np.sort(perm[n_cal : n_cal + 40]))
+
+
+def test_harness_groups_training_queries_and_cross_fitted_evaluation_queries() -> None:
+    from sidecar.training import KBTask
+    from sidecar.training._evaluate import _query_groups
+
+    E_idt, truth = _planted(20, 3, seed=4)  # 60 ID training queries, 20 groups
+    E_oodt, _ = _planted(15, 2, seed=5)
+    E_ide, E_oode = _planted(10, 1, seed=6)[0], _planted(12, 1, seed=7)[0]
+    t = ("kb",)
+    plain = KBTask("t", t, t, t, t, t)
+    g_idt, g_id, g_oodt, g_ood = _query_groups(plain, "grouped", E_idt, E_ide, E_oodt, E_oode)
+    assert g_idt is not None and g_oodt is not None and g_id is None and g_ood is None
+    assert len(np.unique(g_idt)) == 20 and len(np.unique(g_oodt)) == 15
+    assert all(len(np.unique(g_idt[truth == g])) == 1 for g in range(20))
+    assert _query_groups(plain, "random", E_idt, E_ide, E_oodt, E_oode) == (None,) * 4
+    # Cross-fitted: an evaluation query that nearly copies a training query joins its group.
+    E_ide = np.vstack([E_ide, E_idt[:1] + 0.001])
+    crossed = KBTask("t", t, t, t, t, t, cross_fit=5)
+    g_idt, g_id, _, g_ood = _query_groups(crossed, "grouped", E_idt, E_ide, E_oodt, E_oode)
+    assert g_id is not None and g_ood is not None and g_idt is not None
+    assert g_id[-1] == g_idt[0] and len(np.unique(g_id[:-1])) == 10

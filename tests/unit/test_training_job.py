@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sidecar.errors import DataError
 from sidecar.scoring import OODModel
 from sidecar.training._grid import Candidate, default_grid
 from sidecar.training._job import TrainConfig, TrainInputs, _splits, report_data, train
@@ -135,3 +136,52 @@ def test_balanced_rule_reports_the_fit_only_model_at_its_balanced_threshold() ->
         paper_accuracy(s_id, s_ood, val_model.threshold)
     )
     assert result.model.params["threshold_rule"] == "balanced"
+
+
+def _paraphrased_inputs(rng: np.random.Generator) -> tuple[TrainInputs, np.ndarray]:
+    """ID training queries in groups of 5 near copies (cosine > 0.99) of 80 intents, and
+    1,000 queries of new intents: live traffic shares no near copy with the training set."""
+
+    def unit(v: np.ndarray) -> np.ndarray:
+        return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+
+    centre = rng.normal(size=DIM)
+    away = centre + rng.normal(size=DIM)
+    copies = np.repeat(centre + rng.normal(size=(80, DIM)), 5, axis=0)
+    inputs = TrainInputs(
+        "t",
+        {"name": "fake", "dim": DIM},
+        unit(centre + rng.normal(size=(200, DIM))),
+        unit(copies + 0.05 * rng.normal(size=copies.shape)),
+        unit(away + rng.normal(size=(300, DIM))),
+    )
+    return inputs, unit(centre + rng.normal(size=(1000, DIM)))
+
+
+def test_near_duplicate_groups_keep_the_false_reject_rate_on_new_queries_near_target() -> None:
+    inputs, new_id = _paraphrased_inputs(np.random.default_rng(0))
+    grouped = train(inputs, TrainConfig(m=6))
+    row_by_row = train(inputs, TrainConfig(m=6, group_near_duplicates=False))
+    assert 60 <= grouped.stats["n_id_groups"] <= 80  # the copies joined (two intents may be too)
+    assert row_by_row.stats["n_id_groups"] == 400
+    # Row by row, every calibration query has its near copies fitted and scores as more
+    # in-domain than any new query does: the threshold then refuses most new ID traffic.
+    frr = {
+        name: float(np.mean(r.model.score(new_id) > r.model.threshold))
+        for name, r in (("grouped", grouped), ("row_by_row", row_by_row))
+    }
+    assert frr["row_by_row"] > 0.5
+    assert frr["grouped"] < 0.1
+
+
+def test_given_query_groups_are_kept_whole_without_near_duplicate_joining() -> None:
+    inputs, _ = _paraphrased_inputs(np.random.default_rng(1))
+    given = [i // 10 for i in range(len(inputs.id_queries))]  # pairs of intents, as labelled
+    inputs = replace(inputs, id_groups=given)
+    splits = _splits(inputs, TrainConfig(group_near_duplicates=False))
+    assert splits.id_groups is not None and len(np.unique(splits.id_groups)) == 40
+    parts = np.split(splits.id_groups, np.cumsum([len(splits.id_fit), len(splits.id_val)]))
+    assert not set(parts[0]) & set(parts[1]) and not set(parts[1]) & set(parts[2])
+    assert not set(parts[0]) & set(parts[2])
+    with pytest.raises(DataError, match="group labels"):
+        _splits(replace(inputs, id_groups=given[:-1]), TrainConfig(group_near_duplicates=False))

@@ -8,7 +8,13 @@ import pytest
 
 from sidecar.errors import DataError
 from sidecar.training import read_kb, read_queries
-from sidecar.training._jsonl import DEMO_ID_QUERIES, DEMO_KB, DEMO_OOD_QUERIES, demo_path
+from sidecar.training._jsonl import (
+    DEMO_ID_QUERIES,
+    DEMO_KB,
+    DEMO_OOD_QUERIES,
+    demo_path,
+    read_query_groups,
+)
 
 
 def test_reads_kb_and_queries(tmp_path: Path) -> None:
@@ -19,6 +25,24 @@ def test_reads_kb_and_queries(tmp_path: Path) -> None:
     q = tmp_path / "q.jsonl"
     q.write_text('{"text": "one"}\n{"text": "two"}\n')
     assert read_queries(q) == ["one", "two"]
+
+
+def test_query_groups_name_paraphrases(tmp_path: Path) -> None:
+    q = tmp_path / "q.jsonl"
+    q.write_text('{"text": "one"}\n{"text": "two"}\n')
+    assert read_query_groups(q) == (["one", "two"], None)
+    q.write_text(
+        '{"text": "a", "group": "g"}\n{"text": "b", "group": 3}\n{"text": "c"}\n'
+        '{"text": "d", "group": "3"}\n{"text": "e", "group": "g"}\n{"text": "f"}\n'
+    )
+    texts, groups = read_query_groups(q)
+    assert texts == ["a", "b", "c", "d", "e", "f"]
+    assert groups is not None
+    assert groups[0] == groups[4] and groups[1] == groups[3]  # 3 and "3": one group
+    assert len(set(groups)) == 4  # the lines without a group are one each
+    q.write_text('{"text": "a", "group": "g"}\n{"text": "b", "group": [1]}\n')
+    with pytest.raises(DataError, match=r"q\.jsonl:2: field 'group' must be a string"):
+        read_query_groups(q)
 
 
 @pytest.mark.parametrize(

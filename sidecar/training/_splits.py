@@ -73,9 +73,10 @@ NEAR_DUPLICATE_COS = 0.9
 # (the largest groups of the benchmarks: 2.7% of covid's ID queries, 3.9% of a CLINC150
 # KB's ID training queries).
 MAX_GROUP_SHARE = 0.05
-# Near-duplicates kept per row (the most similar first), and rows per similarity block.
+# Near-duplicates kept per row (the most similar first), and the similarity entries
+# computed at a time (a block of rows against all rows: 128 MiB of float32).
 _NEIGHBOURS = 32
-_BLOCK = 2048
+_BLOCK_ENTRIES = 1 << 25
 
 
 def near_duplicate_groups(
@@ -84,13 +85,16 @@ def near_duplicate_groups(
     cos: float = NEAR_DUPLICATE_COS,
     max_share: float = MAX_GROUP_SHARE,
 ) -> np.ndarray:
-    """Group labels, shape (n,): ``groups`` (default: one per row) joined transitively
-    wherever two rows of ``E`` (n, dim) have cosine similarity >= ``cos``.
+    """Group labels, shape (n,), int64: ``groups`` (default: one per row) joined with
+    near-duplicates, rows of ``E`` (n, dim) at cosine similarity >= ``cos``.
 
-    The given groups are joined first, whatever their size. Near-duplicate pairs then join
-    from the most similar down (each row's 32 closest), skipping a join whose group would
-    exceed ``max_share`` of the rows. A label is the smallest row index of its group.
-    Memory is linear in n, time quadratic (a few seconds for 10,000 rows of 384 dims).
+    Given groups and identical rows are joined first, whatever their size. Each distinct
+    row then joins its (up to) 32 most similar rows at >= ``cos``, the most similar pairs
+    first, skipping a join whose group would exceed ``max_share`` of the rows: a dense
+    topic does not chain into one group that no split could place. A label is the
+    smallest row index of its group. Memory stays bounded (128 MiB of similarities at a
+    time); time is quadratic in n (a few seconds for 10,000 rows of 384 dims, minutes for
+    100,000).
     """
     n = len(E)
     parent, size = np.arange(n), np.ones(n, dtype=np.int64)
@@ -113,24 +117,40 @@ def near_duplicate_groups(
         first: dict[object, int] = {}
         for i, g in enumerate(np.asarray(groups).tolist()):
             join(i, first.setdefault(g, i), math.inf)
+    if n < 2:
+        return np.arange(n, dtype=np.int64)
     U = np.asarray(E, dtype=np.float32)
     U = U / np.maximum(np.linalg.norm(U, axis=1, keepdims=True), 1e-12)
-    k = min(_NEIGHBOURS, n - 1)
-    pairs: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    for lo in range(0, n, _BLOCK if k > 0 else n + 1):
-        S = U[lo : lo + _BLOCK] @ U.T
-        rows = np.arange(len(S))
-        S[rows, rows + lo] = -np.inf  # not its own near-duplicate
-        top = np.argpartition(-S, k - 1, axis=1)[:, :k]
-        sim = S[rows[:, None], top]
-        keep = sim >= cos
-        pairs.append(((rows[:, None] + lo).repeat(k, 1)[keep], top[keep], sim[keep]))
-    if pairs:
-        i_all, j_all, s_all = (np.concatenate(p) for p in zip(*pairs, strict=True))
+    # Identical rows: one group each, searched once (copies would tie for every slot).
+    U, first_row, copy_of = np.unique(U, axis=0, return_index=True, return_inverse=True)
+    for i, u in enumerate(copy_of.ravel().tolist()):
+        join(i, int(first_row[u]), math.inf)
+    pairs = _near_pairs(U, cos)
+    if len(pairs[0]):
         cap = max(2.0, max_share * n)
-        for t in np.argsort(-s_all, kind="stable"):
-            join(int(i_all[t]), int(j_all[t]), cap)
-    return np.array([root(i) for i in range(n)])
+        for t in np.argsort(-pairs[2], kind="stable").tolist():
+            join(int(first_row[pairs[0][t]]), int(first_row[pairs[1][t]]), cap)
+    return np.fromiter((root(i) for i in range(n)), dtype=np.int64, count=n)
+
+
+def _near_pairs(U: np.ndarray, cos: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(row, other row, similarity) for each row's up to 32 most similar rows at >= cos."""
+    n = len(U)
+    block = max(1, min(n, _BLOCK_ENTRIES // n))
+    out_i, out_j, out_s = [], [], []
+    for lo in range(0, n, block):
+        sims = U[lo : lo + block] @ U.T
+        sims[np.arange(len(sims)), np.arange(lo, lo + len(sims))] = -np.inf  # not itself
+        r, c = np.nonzero(sims >= cos)
+        sim = sims[r, c]
+        order = np.lexsort((-sim, r))  # by row, the most similar first
+        r, c, sim = r[order], c[order], sim[order]
+        rank = np.arange(len(r)) - np.searchsorted(r, r)  # position within its row
+        keep = rank < _NEIGHBOURS
+        out_i.append(r[keep] + lo)
+        out_j.append(c[keep])
+        out_s.append(sim[keep])
+    return np.concatenate(out_i), np.concatenate(out_j), np.concatenate(out_s)
 
 
 def group_folds(groups: np.ndarray, k: int, rng: np.random.Generator) -> list[np.ndarray]:

@@ -33,7 +33,7 @@ def test_near_duplicates_found_across_similarity_blocks(monkeypatch: pytest.Monk
     order = np.random.default_rng(1).permutation(len(E))  # copies land in different blocks
     E, truth = E[order], truth[order]
     whole = near_duplicate_groups(E)
-    monkeypatch.setattr(splits_mod, "_BLOCK", 7)
+    monkeypatch.setattr(splits_mod, "_BLOCK_ENTRIES", 7 * len(E))  # blocks of 7 rows
     blocked = near_duplicate_groups(E)
     assert np.array_equal(whole, blocked)
     # exactly the planted groups: every copy with its head's other copies, nothing else
@@ -49,10 +49,21 @@ def test_a_dense_topic_of_near_duplicates_stops_at_the_group_cap() -> None:
     assert len(np.unique(near_duplicate_groups(E, max_share=1.0))) == 1  # uncapped: one
     g = near_duplicate_groups(E)  # default cap: 5% of the rows
     _, sizes = np.unique(g, return_counts=True)
-    assert sizes.max() <= 5 and len(sizes) >= 20
+    assert sizes.max() <= 5 and np.sum(sizes == 1) <= 10  # capped, yet few rows left alone
     # given groups are kept whole even beyond the cap
     given = near_duplicate_groups(E, groups=[0] * 50 + list(range(1, 51)))
     assert len(np.unique(given[:50])) == 1
+
+
+def test_identical_rows_are_one_group_and_their_neighbours_still_join() -> None:
+    E, truth = _planted(10, 20, seed=8)
+    E[truth == 0] = E[truth == 0][0]  # 20 exact copies: ties for every neighbour slot
+    g = near_duplicate_groups(E)  # cap 10 rows: the copies are joined anyway
+    assert len(np.unique(g[truth == 0])) == 1
+    _, sizes = np.unique(g[truth != 0], return_counts=True)
+    assert sizes.min() >= 5  # near copies join up to the cap, none left alone
+    assert g.dtype == np.int64 and near_duplicate_groups(np.zeros((0, 4))).dtype == np.int64
+    assert near_duplicate_groups(np.ones((1, 4))).tolist() == [0]
 
 
 def test_group_labels_must_match_the_rows() -> None:

@@ -92,6 +92,8 @@ class TrainResult:
     search: SearchResult
     stats: dict[str, Any]
     validation: dict[str, Any]
+    # The splits it was trained on (the report reuses them; None: carve them again).
+    splits: TrainingSplits | None = None
 
 
 def parse_m_range(text: str) -> tuple[int, int]:
@@ -194,19 +196,63 @@ def _n_groups(groups: np.ndarray | None, n: int) -> int:
     return n if groups is None else len(np.unique(groups))
 
 
-def _splits(inputs: TrainInputs, cfg: TrainConfig) -> TrainingSplits:
-    """The seeded fit / validation / calibration cut (plus OOD calibration for 'balanced')."""
+@dataclass(frozen=True)
+class GroupedSplits:
+    """The training splits and the groups they keep whole."""
+
+    splits: TrainingSplits
+    # Number of ID / OOD groups over every training query (the query count when each
+    # query is its own group).
+    n_id_groups: int
+    n_ood_groups: int
+    # Whether near-duplicates were joined (False when off, or when the groups they made
+    # were too large to split and the job fell back to the given groups alone).
+    near_duplicates_grouped: bool
+
+
+def grouped_splits(inputs: TrainInputs, cfg: TrainConfig) -> GroupedSplits:
+    """The seeded fit / validation / calibration cut (plus OOD calibration for 'balanced'),
+    each group of training queries whole in one part.
+
+    A small training set whose near-duplicate groups no split can place (e.g. 5 ID queries,
+    two of them near copies) falls back to the given groups, with a warning, rather than
+    failing; an error then means the given groups themselves are too large.
+    """
     id_groups, ood_groups = query_groups(inputs, cfg)
-    return carve_splits(
-        inputs.kb,
-        inputs.id_queries,
-        inputs.ood_queries,
-        seed=cfg.seed,
-        target_frr=cfg.target_frr,
-        ood_cal_fraction=OOD_CAL_FRACTION if cfg.threshold_rule == "balanced" else 0.0,
-        id_groups=id_groups,
-        ood_groups=ood_groups,
+    joined = cfg.group_near_duplicates
+
+    def carve(id_g: np.ndarray | None, ood_g: np.ndarray | None) -> TrainingSplits:
+        return carve_splits(
+            inputs.kb,
+            inputs.id_queries,
+            inputs.ood_queries,
+            seed=cfg.seed,
+            target_frr=cfg.target_frr,
+            ood_cal_fraction=OOD_CAL_FRACTION if cfg.threshold_rule == "balanced" else 0.0,
+            id_groups=id_g,
+            ood_groups=ood_g,
+        )
+
+    try:
+        splits = carve(id_groups, ood_groups)
+    except DataError as exc:
+        if not joined:
+            raise
+        joined = False
+        id_groups, ood_groups = query_groups(inputs, replace(cfg, group_near_duplicates=False))
+        splits = carve(id_groups, ood_groups)  # fails again where groups were not the cause
+        log.warning("%s; split without near-duplicate groups instead", exc)
+    n_ood = 0 if inputs.ood_queries is None else len(inputs.ood_queries)
+    return GroupedSplits(
+        splits,
+        _n_groups(id_groups, len(inputs.id_queries)),
+        _n_groups(ood_groups, n_ood),
+        joined,
     )
+
+
+def _splits(inputs: TrainInputs, cfg: TrainConfig) -> TrainingSplits:
+    return grouped_splits(inputs, cfg).splits
 
 
 def train(
@@ -217,7 +263,8 @@ def train(
     t0 = time.perf_counter()
     if inputs.kb.ndim != 2 or inputs.kb.shape[1] != int(inputs.encoder["dim"]):
         raise DataError(f"KB embeddings of shape {inputs.kb.shape} do not match the encoder")
-    splits = _splits(inputs, cfg)
+    grouped = grouped_splits(inputs, cfg)
+    splits = grouped.splits
     step("split")
     t1 = time.perf_counter()
     res = search(
@@ -241,10 +288,9 @@ def train(
         "n_id_queries": len(inputs.id_queries),
         "n_ood_queries": 0 if inputs.ood_queries is None else len(inputs.ood_queries),
         # groups the splits and folds keep whole (queries, when each is its own)
-        "n_id_groups": _n_groups(splits.id_groups, len(inputs.id_queries)),
-        "n_ood_groups": _n_groups(
-            splits.ood_groups, 0 if splits.ood_fit_val is None else len(splits.ood_fit_val)
-        ),
+        "n_id_groups": grouped.n_id_groups,
+        "n_ood_groups": grouped.n_ood_groups,
+        "near_duplicates_grouped": grouped.near_duplicates_grouped,
         "candidates": len(res.table),
         "search_and_fit_s": round(t2 - t1, 3),
         "train_total_s": round(t2 - t0, 3),
@@ -254,7 +300,7 @@ def train(
     model = res.model.with_metrics(
         **{k: v for k, v in validation.items()}, val_auroc_search=res.val_auroc
     )
-    return TrainResult(model, res, stats, validation)
+    return TrainResult(model, res, stats, validation, splits)
 
 
 def build_report(
@@ -277,7 +323,7 @@ def report_data(
 ) -> ReportData:
     """What :func:`build_report` shows; every validation figure from fit-only models."""
     model = result.model
-    splits = _splits(inputs, cfg)
+    splits = result.splits if result.splits is not None else _splits(inputs, cfg)
     notes: list[str] = []
     roc: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     curve: dict[str, list[tuple[int, float]]] = {}

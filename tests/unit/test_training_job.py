@@ -11,7 +11,14 @@ import pytest
 from sidecar.errors import DataError
 from sidecar.scoring import OODModel
 from sidecar.training._grid import Candidate, default_grid
-from sidecar.training._job import TrainConfig, TrainInputs, _splits, report_data, train
+from sidecar.training._job import (
+    TrainConfig,
+    TrainInputs,
+    _splits,
+    grouped_splits,
+    report_data,
+    train,
+)
 from sidecar.training._metrics import auroc, balanced_accuracy, paper_accuracy
 from sidecar.training._report import write_report
 from sidecar.training._search import fixed_fit
@@ -185,3 +192,21 @@ def test_given_query_groups_are_kept_whole_without_near_duplicate_joining() -> N
     assert not set(parts[0]) & set(parts[2])
     with pytest.raises(DataError, match="group labels"):
         _splits(replace(inputs, id_groups=given[:-1]), TrainConfig(group_near_duplicates=False))
+
+
+def test_a_small_set_whose_near_duplicates_cannot_be_split_falls_back(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    rng = np.random.default_rng(4)
+    inputs, _ = _paraphrased_inputs(rng)
+    ids = inputs.id_queries[::5][:6].copy()  # six distinct intents ...
+    ids[1:4] = ids[0]  # ... four of them copies of one: a group of 4 in 6 (any size)
+    small = replace(inputs, id_queries=ids)
+    grouped = grouped_splits(small, TrainConfig())
+    assert not grouped.near_duplicates_grouped and grouped.n_id_groups == 6
+    assert "split without near-duplicate groups" in caplog.text
+    with pytest.raises(DataError, match="at least 5 ID training queries"):
+        grouped_splits(replace(inputs, id_queries=ids[:4]), TrainConfig())
+    big = grouped_splits(inputs, TrainConfig())
+    assert inputs.ood_queries is not None
+    assert big.near_duplicates_grouped and big.n_ood_groups <= len(inputs.ood_queries)

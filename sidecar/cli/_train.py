@@ -77,9 +77,10 @@ _PATH = click.Path(path_type=Path)
     "--group-near-duplicates/--no-group-near-duplicates",
     default=True,
     show_default=True,
-    help="Keep training queries at cosine >= 0.9 to each other (and each JSONL 'group') in "
-    "one part of the validation / calibration split, so the threshold is calibrated on "
-    "queries as new as live traffic.",
+    help="Join training queries at cosine >= 0.9 into groups. Each group (these, and each "
+    "JSONL 'group' either way) stays whole in one part of the fit / validation / "
+    "calibration split and in one calibration fold, so the threshold is calibrated on "
+    "queries as new to the model as live traffic.",
 )
 @threshold_rule_option
 @calibration_option

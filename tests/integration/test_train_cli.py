@@ -188,3 +188,11 @@ def test_unusable_out_fails_before_training(tmp_path: Path) -> None:
     )
     assert res.exit_code == 2 and "error: --report" in res.stderr
     assert not (tmp_path / "m").exists()  # the check creates nothing
+
+
+def test_help_states_the_near_duplicate_cosine_the_job_uses() -> None:
+    from sidecar.training._splits import NEAR_DUPLICATE_COS
+
+    res = CliRunner().invoke(main, ["train", "--help"])
+    assert res.exit_code == 0
+    assert f"cosine >= {NEAR_DUPLICATE_COS} into groups" in " ".join(res.output.split())

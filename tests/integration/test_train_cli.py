@@ -39,35 +39,44 @@ def embeddings(tmp_path: Path) -> dict[str, Path]:
     return paths
 
 
+def _train_on(embeddings: dict[str, Path], out: Path, *more: str) -> list[str]:
+    """``sidecar train`` arguments: the fixture's embeddings, 4 PCs + residual, into ``out``."""
+    return [
+        "train",
+        "--kb-embeddings",
+        str(embeddings["kb"]),
+        "--id-embeddings",
+        str(embeddings["id"]),
+        "--ood-embeddings",
+        str(embeddings["ood"]),
+        "--m",
+        "4",
+        "--features",
+        "pcs,residual",
+        "--out",
+        str(out),
+        "--no-progress",
+        *more,
+    ]
+
+
 def test_train_on_embeddings_publishes_to_directory_store(
     tmp_path: Path, embeddings: dict[str, Path]
 ) -> None:
     out, store_dir = tmp_path / "model", tmp_path / "store"
     res = CliRunner().invoke(
         main,
-        [
-            "train",
-            "--kb-embeddings",
-            str(embeddings["kb"]),
-            "--id-embeddings",
-            str(embeddings["id"]),
-            "--ood-embeddings",
-            str(embeddings["ood"]),
+        _train_on(
+            embeddings,
+            out,
             "--kb-name",
             "synthetic",
-            "--m",
-            "4",
-            "--features",
-            "pcs,residual",
-            "--out",
-            str(out),
-            "--no-progress",
             "--publish",
             "--store-backend",
             "directory",
             "--store-dir",
             str(store_dir),
-        ],
+        ),
     )
     assert res.exit_code == 0, res.output
     model = OODModel.from_artifact(load_dir(out))
@@ -92,26 +101,7 @@ def test_near_duplicate_training_queries_are_grouped_unless_turned_off(
         stats = tmp_path / f"{flag}.json"
         res = CliRunner().invoke(
             main,
-            [
-                "train",
-                "--kb-embeddings",
-                str(embeddings["kb"]),
-                "--id-embeddings",
-                str(embeddings["id"]),
-                "--ood-embeddings",
-                str(embeddings["ood"]),
-                "--m",
-                "4",
-                "--features",
-                "pcs,residual",
-                flag,
-                "--no-report",
-                "--no-progress",
-                "--out",
-                str(tmp_path / flag),
-                "--stats-json",
-                str(stats),
-            ],
+            _train_on(embeddings, tmp_path / flag, flag, "--no-report", "--stats-json", str(stats)),
         )
         assert res.exit_code == 0, res.output
         groups[flag] = json.loads(stats.read_text())["n_id_groups"]

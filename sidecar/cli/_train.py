@@ -200,6 +200,11 @@ def train_command(**opts: Any) -> None:
         if isinstance(v, float):
             click.echo(f"  {k}: {v:.4f}")
     click.echo(
+        f"  training queries: {stats['n_id_queries']} ID in {stats['n_id_groups']} groups, "
+        f"{stats['n_ood_queries']} OOD in {stats['n_ood_groups']}"
+        + ("" if stats["near_duplicates_grouped"] else " (near-duplicates not grouped)")
+    )
+    click.echo(
         f"  train {stats['train_total_s']:.2f}s, embed {stats['embed_s']:.2f}s, "
         f"peak RSS {stats['peak_rss_mb']:.0f} MiB"
     )

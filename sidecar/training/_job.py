@@ -183,12 +183,8 @@ def query_groups(
             out.append(None)
         elif cfg.group_near_duplicates:
             out.append(near_duplicate_groups(E, given))
-        elif given is not None:
-            if len(given) != len(E):
-                raise DataError(f"{len(given)} group labels for {len(E)} training queries")
-            out.append(np.asarray(given))
-        else:
-            out.append(None)
+        else:  # carve_splits checks the labels against the rows
+            out.append(None if given is None else np.asarray(given))
     return out[0], out[1]
 
 
@@ -252,6 +248,7 @@ def grouped_splits(inputs: TrainInputs, cfg: TrainConfig) -> GroupedSplits:
 
 
 def _splits(inputs: TrainInputs, cfg: TrainConfig) -> TrainingSplits:
+    """Just the splits of :func:`grouped_splits`."""
     return grouped_splits(inputs, cfg).splits
 
 

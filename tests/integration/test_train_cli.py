@@ -105,6 +105,7 @@ def test_near_duplicate_training_queries_are_grouped_unless_turned_off(
         )
         assert res.exit_code == 0, res.output
         groups[flag] = json.loads(stats.read_text())["n_id_groups"]
+        assert f"90 ID in {groups[flag]} groups" in res.output
     assert groups == {"--group-near-duplicates": 30, "--no-group-near-duplicates": 90}
 
 

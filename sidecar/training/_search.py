@@ -173,7 +173,7 @@ def _fit(
     id_emb, ood_emb = splits.id_fit, splits.ood_fit
     if final and splits.has_ood and splits.ood_val is not None:
         id_emb = np.vstack([splits.id_fit, splits.id_val])
-        ood_emb = np.vstack([splits.ood_fit, splits.ood_val])  # type: ignore[list-item]
+        ood_emb = splits.ood_fit_val
     elif final:
         id_emb = np.vstack([splits.id_fit, splits.id_val])
     crit = criterion if splits.has_ood else "evr"
@@ -252,25 +252,29 @@ def _out_of_fold(
     folds = min(folds, len(np.unique(groups)))  # carve_splits needs 3 groups, not 5
     rng = np.random.default_rng(fit["seed"])
     id_folds = group_folds(groups, folds, rng)
-    ood_folds: list[np.ndarray] | None = None
+    # Per fold: the OOD queries its fit sees, and the held-out ones (rows, embeddings).
+    ood_folds: list[tuple[np.ndarray | None, np.ndarray, np.ndarray]] = []
+    oof_ood = np.empty(0)
     if ood is not None and fold_ood:
         og = np.arange(len(ood)) if splits.ood_groups is None else splits.ood_groups
         if len(np.unique(og)) >= folds:
-            ood_folds = group_folds(og, folds, rng)
+            ood_folds = [
+                (ood[np.setdiff1d(np.arange(len(ood)), h)], h, ood[h])
+                for h in group_folds(og, folds, rng)
+            ]
+            oof_ood = np.empty(len(ood))
     oof = np.empty(len(E))
-    oof_ood = None if ood_folds is None else np.empty(len(ood))  # type: ignore[arg-type]
     for f, held in enumerate(id_folds):
         rest = np.setdiff1d(np.arange(len(E)), held)
-        ood_part = ood
-        if ood_folds is not None and ood is not None:
-            ood_part = ood[np.setdiff1d(np.arange(len(ood)), ood_folds[f])]
+        ood_part = ood_folds[f][0] if ood_folds else ood
         # the fold model's own threshold is unused; calibrating it on E only keeps it quiet
         part = TrainingSplits(splits.kb, E[rest], E[held], E, ood_part, subspaces=splits.subspaces)
         model = _fit(part, cand, final=False, **fit)
         oof[held] = model.score(E[held])
-        if oof_ood is not None and ood_folds is not None and ood is not None:
-            oof_ood[ood_folds[f]] = model.score(ood[ood_folds[f]])
-    return OutOfFold(oof, oof_ood, folds)
+        if ood_folds:
+            _, held_ood, held_emb = ood_folds[f]
+            oof_ood[held_ood] = model.score(held_emb)
+    return OutOfFold(oof, oof_ood if ood_folds else None, folds)
 
 
 def _cross_calibrated(

@@ -25,6 +25,20 @@ from sidecar.cli._root import bench, main
 _PATH = click.Path(path_type=Path)
 
 
+class _FitBar:
+    """The search's model fits on a tqdm bar, whose total grows as fits are planned."""
+
+    def __init__(self, bar: Any) -> None:
+        self._bar = bar
+
+    def planned(self, n: int) -> None:
+        self._bar.total += n
+        self._bar.refresh()
+
+    def fitted(self) -> None:
+        self._bar.update(1)
+
+
 @main.command("train")
 @click.option(
     "--kb",
@@ -166,15 +180,19 @@ def train_command(**opts: Any) -> None:
     )
     # Inputs first (with their own encoding bar): a bad path fails before any other output.
     inputs, embed_s = load_inputs(opts, settings, progress=progress)
-    steps = ["split", "search", "artifact"] + ([] if opts["no_report"] else ["report"])
     with (
         threadpool_limits(limits=opts["blas_threads"]),
-        tqdm(total=len(steps), desc="train", unit="step", disable=not progress) as bar,
+        tqdm(total=0, desc="train", unit="fit", disable=not progress) as bar,
     ):
-        result = train(inputs, cfg, tick=lambda _s: bar.update(1))
+
+        def stage(name: str) -> None:
+            bar.set_description(f"train: {name}")
+
+        result = train(inputs, cfg, tick=stage, fits=_FitBar(bar))
+        bar.total = bar.n  # planned fits that a dropped finalist never ran
+        stage("artifact")
         artifact = result.model.to_artifact()
         out = save_dir(artifact, opts["out"])
-        bar.update(1)
         stats = {
             **result.stats,
             "embed_s": round(embed_s, 3),
@@ -183,6 +201,7 @@ def train_command(**opts: Any) -> None:
         }
         page = None
         if not opts["no_report"]:
+            stage("report")
             page = build_report(
                 inputs,
                 cfg,
@@ -190,7 +209,6 @@ def train_command(**opts: Any) -> None:
                 opts["report_dir"] or out / "report",
                 extra_summary={"version": artifact.version},
             )
-            bar.update(1)
     m = result.model
     click.echo(
         f"model {artifact.version} for KB {m.kb!r}: {m.detector_name}, criterion "

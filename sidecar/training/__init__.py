@@ -14,7 +14,7 @@ from sidecar.training._evaluate import DETECTORS, evaluate_benchmark, evaluate_t
 from sidecar.training._grid import Candidate, default_grid
 from sidecar.training._jsonl import KBDocument, read_kb, read_queries
 from sidecar.training._metrics import auroc, balanced_accuracy, fpr_at_tpr, paper_accuracy
-from sidecar.training._search import SearchResult, search
+from sidecar.training._search import FitProgress, SearchResult, search
 from sidecar.training._splits import TrainingSplits, carve_splits
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "DETECTORS",
     "Candidate",
     "EmbeddingCache",
+    "FitProgress",
     "KBDocument",
     "KBTask",
     "SearchResult",

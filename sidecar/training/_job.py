@@ -32,7 +32,7 @@ from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel
 from sidecar.training._grid import MAX_DIMS, Candidate, default_grid
 from sidecar.training._metrics import auroc, balanced_accuracy, fpr_at_tpr, paper_accuracy
 from sidecar.training._report import ReportData, pc_loadings, write_report
-from sidecar.training._search import SearchResult, fixed_fit, search
+from sidecar.training._search import FitProgress, SearchResult, fixed_fit, search
 from sidecar.training._splits import (
     OOD_CAL_FRACTION,
     TrainingSplits,
@@ -253,16 +253,24 @@ def _splits(inputs: TrainInputs, cfg: TrainConfig) -> TrainingSplits:
 
 
 def train(
-    inputs: TrainInputs, cfg: TrainConfig, tick: Callable[[str], None] | None = None
+    inputs: TrainInputs,
+    cfg: TrainConfig,
+    tick: Callable[[str], None] | None = None,
+    fits: FitProgress | None = None,
 ) -> TrainResult:
-    """Search, fit and calibrate one model; ``tick(step)`` reports progress."""
+    """Search, fit and calibrate one model.
+
+    ``tick(step)`` is called as each step starts (``"split"``, then ``"search"``), and
+    ``fits`` is told about every model fit of the search.
+    """
     step = tick or (lambda _s: None)
     t0 = time.perf_counter()
     if inputs.kb.ndim != 2 or inputs.kb.shape[1] != int(inputs.encoder["dim"]):
         raise DataError(f"KB embeddings of shape {inputs.kb.shape} do not match the encoder")
+    step("split")
     grouped = grouped_splits(inputs, cfg)
     splits = grouped.splits
-    step("split")
+    step("search")
     t1 = time.perf_counter()
     res = search(
         splits,
@@ -276,8 +284,8 @@ def train(
         pca_method=cfg.pca_method,
         threshold_rule=cfg.threshold_rule,
         calibration=cfg.calibration,
+        progress=fits,
     )
-    step("search")
     t2 = time.perf_counter()
     validation = _validation_metrics(res.val_model, splits)
     stats = {

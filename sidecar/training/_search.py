@@ -29,7 +29,7 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -60,6 +60,28 @@ CROSS_FOLDS = 5
 # At most this many shortlisted candidates are compared out of fold (each costs
 # CROSS_FOLDS fits).
 MAX_FINALISTS = 8
+
+
+class FitProgress(Protocol):
+    """Told about a search's model fits, e.g. to drive a progress bar: ``planned(n)`` when
+    ``n`` more fits are due (the total grows as the search learns how many finalists and
+    folds it needs), ``fitted()`` after each one, a candidate that could not be fitted
+    included."""
+
+    def planned(self, n: int) -> None: ...
+
+    def fitted(self) -> None: ...
+
+
+class _Silent:
+    def planned(self, n: int) -> None:
+        pass
+
+    def fitted(self) -> None:
+        pass
+
+
+_SILENT = _Silent()
 
 
 def resolve_calibration(threshold_rule: str, calibration: str | None) -> str:
@@ -169,6 +191,7 @@ def _fit(
     final: bool,
     pca_method: str = "auto",
     threshold_rule: str = "frr",
+    progress: FitProgress = _SILENT,
 ) -> OODModel:
     id_emb, ood_emb = splits.id_fit, splits.ood_fit
     if final and splits.has_ood and splits.ood_val is not None:
@@ -185,23 +208,26 @@ def _fit(
     params = dict(cand.params)
     if "knn_ks" in params:
         params["knn_ks"] = [min(int(k), len(splits.kb)) for k in params["knn_ks"]]
-    model = fit_ood_model(
-        kb=kb_name,
-        encoder=encoder,
-        kb_embeddings=splits.kb,
-        id_embeddings=id_emb,
-        ood_embeddings=ood_emb if splits.has_ood else None,
-        calibration_embeddings=splits.id_cal,
-        detector=cand.detector,
-        criterion=crit,
-        m=m,
-        target_frr=target_frr,
-        seed=seed,
-        detector_params=params,
-        residual_ks=ks,
-        pca_method=pca_method,
-        subspaces=splits.subspaces,
-    )
+    try:
+        model = fit_ood_model(
+            kb=kb_name,
+            encoder=encoder,
+            kb_embeddings=splits.kb,
+            id_embeddings=id_emb,
+            ood_embeddings=ood_emb if splits.has_ood else None,
+            calibration_embeddings=splits.id_cal,
+            detector=cand.detector,
+            criterion=crit,
+            m=m,
+            target_frr=target_frr,
+            seed=seed,
+            detector_params=params,
+            residual_ks=ks,
+            pca_method=pca_method,
+            subspaces=splits.subspaces,
+        )
+    finally:
+        progress.fitted()
     if not final or threshold_rule == "frr":
         return model
     return _balanced(model, splits)
@@ -249,7 +275,7 @@ def _out_of_fold(
     """
     E, ood = splits.id_all, splits.ood_fit_val
     groups = np.arange(len(E)) if splits.id_groups is None else splits.id_groups
-    folds = min(folds, len(np.unique(groups)))  # carve_splits needs 3 groups, not 5
+    folds = _fold_count(splits, folds)
     rng = np.random.default_rng(fit["seed"])
     id_folds = group_folds(groups, folds, rng)
     # Per fold: the OOD queries its fit sees, and the held-out ones (rows, embeddings).
@@ -277,6 +303,13 @@ def _out_of_fold(
     return OutOfFold(oof, oof_ood if ood_folds else None, folds)
 
 
+def _fold_count(splits: TrainingSplits, folds: int = CROSS_FOLDS) -> int:
+    """The folds :func:`_out_of_fold` makes (and fits): ``folds``, or fewer where there are
+    fewer ID groups (carve_splits needs 3 groups, not 5)."""
+    n = len(splits.id_all) if splits.id_groups is None else len(np.unique(splits.id_groups))
+    return min(folds, n)
+
+
 def _cross_calibrated(
     splits: TrainingSplits,
     cand: Candidate,
@@ -294,16 +327,20 @@ def _cross_calibrated(
     guarantee, which holds for a split threshold only (the out-of-fold models are not the
     shipped one). The shipped model's OOD side is the OOD fit + validation queries.
     """
+    progress = fit.get("progress", _SILENT)
     if oof is None:
+        progress.planned(_fold_count(splits, folds))
         try:
             oof = _out_of_fold(splits, cand, folds=folds, **fit)
         except (ConfigError, DataError) as exc:
             # too few OOD queries left in some fold for this candidate: every fold fit
             # sees all of them, as the candidate's own search fit did
             log.info("out-of-fold OOD scores skipped for %s: %s", cand, exc)
+            progress.planned(_fold_count(splits, folds))
             oof = _out_of_fold(splits, cand, folds=folds, fold_ood=False, **fit)
     E, ood = splits.id_all, splits.ood_fit_val
     whole = TrainingSplits(splits.kb, E, E[:0], E, ood, subspaces=splits.subspaces)
+    progress.planned(1)
     model = _fit(whole, cand, final=False, **fit)
     thr = conformal_threshold(oof.id_scores, fit["target_frr"])
     metrics = {
@@ -352,6 +389,7 @@ def search(
     threshold_rule: str = "frr",
     selection: str = "one_se",
     calibration: str | None = None,
+    progress: FitProgress | None = None,
 ) -> SearchResult:
     """Shortlist ``detector``'s hyperparameters by validation AUROC, decide, refit, calibrate.
 
@@ -373,8 +411,10 @@ def search(
 
     Without OOD training queries there is no validation AUROC: the grid's first candidate
     that fits is used (the detectors that need OOD labels raise ConfigError), and the
-    PCs are chosen by EVR.
+    PCs are chosen by EVR. ``progress`` is told about every model fit (both searches' under
+    ``"auto"``).
     """
+    progress = progress or _SILENT
     if criterion == "auto":
         if not splits.has_ood:
             criterion = "evr"
@@ -393,6 +433,7 @@ def search(
                     threshold_rule=threshold_rule,
                     selection=selection,
                     calibration=calibration,
+                    progress=progress,
                 )
                 for c in CRITERIA
             }
@@ -433,7 +474,11 @@ def search(
     # (validation figures, table row, candidate, model fitted on the fit part, val scores)
     fitted: list[tuple[Ranked, dict[str, Any], Candidate, OODModel, Any]] = []
     can_rank = splits.has_ood and splits.ood_val is not None
+    if can_rank:
+        progress.planned(len(cands))
     for cand in cands:
+        if not can_rank:  # the first candidate that fits is used
+            progress.planned(1)
         try:
             model = _fit(
                 splits,
@@ -445,6 +490,7 @@ def search(
                 target_frr=target_frr,
                 final=False,
                 pca_method=pca_method,
+                progress=progress,
             )
         except (ConfigError, DataError) as exc:
             log.info("candidate %s skipped: %s", cand, exc)
@@ -473,6 +519,7 @@ def search(
         "seed": seed,
         "target_frr": target_frr,
         "pca_method": pca_method,
+        "progress": progress,
     }
     oof: OutOfFold | None = None
     if fitted:
@@ -490,6 +537,7 @@ def search(
     if calibration == "cross":
         model = _cross_calibrated(splits, best_cand, oof=oof, **how)
     else:
+        progress.planned(1)
         model = _fit(splits, best_cand, final=True, threshold_rule=threshold_rule, **how)
         model = dataclasses.replace(
             model,
@@ -518,6 +566,7 @@ def _decide_out_of_fold(
     finalist is kept.
     """
     best: tuple[float, int, OutOfFold] | None = None
+    how.get("progress", _SILENT).planned(len(finalists) * _fold_count(splits))
     for rank, (pos, row, cand) in enumerate(finalists):
         row["finalist"] = rank + 1
         try:

@@ -497,7 +497,9 @@ def test_out_of_fold_ties_go_to_the_finalist_validation_prefers(monkeypatch) -> 
     )
     rows: list[dict] = [{}, {}, {}]
     finalists = [(7, rows[0], Candidate("logreg", 2)), (3, rows[1], Candidate("logreg", 4))]
-    pos, oof = _decide_out_of_fold(None, finalists, {"target_frr": 0.05})  # type: ignore[arg-type]
+    rng = np.random.default_rng(0)
+    s = carve_splits(rng.normal(size=(20, 4)), rng.normal(size=(40, 4)), rng.normal(size=(40, 4)))
+    pos, oof = _decide_out_of_fold(s, finalists, {"target_frr": 0.05})
     assert pos == 7 and oof is not None  # the first of the tied finalists
     assert rows[0]["oof_balanced_accuracy"] == rows[1]["oof_balanced_accuracy"]
     # 5% target over 200 ID scores: 9 refused (the conformal rank), FRR > 0 counted
@@ -506,7 +508,7 @@ def test_out_of_fold_ties_go_to_the_finalist_validation_prefers(monkeypatch) -> 
     better = OutOfFold(ids, oods + 1.0, 5)  # the second finalist lets no OOD through
     calls = iter([OutOfFold(ids, oods, 5), better])
     monkeypatch.setattr(search_module, "_out_of_fold", lambda splits, cand, **kw: next(calls))
-    pos, oof = _decide_out_of_fold(None, finalists, {"target_frr": 0.05})  # type: ignore[arg-type]
+    pos, oof = _decide_out_of_fold(s, finalists, {"target_frr": 0.05})
     assert pos == 3 and oof is better
 
 
@@ -550,3 +552,52 @@ def test_auto_criterion_compares_the_winners_as_they_were_chosen() -> None:
     want = "pvalue" if oof["pvalue"] >= oof["evr"] else "evr"
     assert auto.model.criterion == want
     assert auto.model.metrics["oof_balanced_accuracy"] == oof[want]
+
+
+class _CountingProgress:
+    def __init__(self) -> None:
+        self.planned_fits = self.fitted_fits = 0
+
+    def planned(self, n: int) -> None:
+        self.planned_fits += n
+
+    def fitted(self) -> None:
+        self.fitted_fits += 1
+        assert self.fitted_fits <= self.planned_fits  # told before it happens
+
+
+@pytest.mark.parametrize(
+    ("calibration", "criterion"), [("cross", "pvalue"), ("split", "pvalue"), ("cross", "auto")]
+)
+def test_search_progress_counts_every_model_fit(monkeypatch, calibration, criterion) -> None:
+    import sidecar.training._search as search_module
+
+    calls = []
+    real_fit = search_module.fit_ood_model
+
+    def counted(**kw):
+        calls.append(kw["detector"])
+        return real_fit(**kw)
+
+    monkeypatch.setattr(search_module, "fit_ood_model", counted)
+    embed = _overlapping_embed(0.5)
+    t = _task()
+    s = carve_splits(embed(t.kb_texts), embed(t.id_train), embed(t.ood_train), seed=0)
+    grid = [Candidate("logreg", m, {"C": C}) for m in (1, 2, 4, 8) for C in (0.01, 1.0)]
+    progress = _CountingProgress()
+    res = search(
+        s,
+        "logreg",
+        kb_name="t",
+        encoder={"name": "fake", "dim": DIM},
+        grid=grid,
+        calibration=calibration,
+        criterion=criterion,
+        progress=progress,
+    )
+    assert progress.fitted_fits == progress.planned_fits == len(calls)
+    runs = 2 if criterion == "auto" else 1
+    finalists = sum("finalist" in row for row in res.table)
+    folds = res.model.metrics.get("calibration_folds", 0)
+    # every candidate, each finalist on every fold, and each run's shipped model
+    assert len(calls) == runs * len(grid) + finalists * folds + runs

@@ -562,8 +562,9 @@ def _decide_out_of_fold(
     training queries, scored out of fold at the operating point the shipped model will run
     at, can (on covid, 357 ID and about 750 OOD queries against a validation split of 73
     ID). A finalist that cannot be fitted on a fold (too few OOD queries left for it) drops
-    out; without out-of-fold OOD scores, or when every finalist drops out, the first
-    finalist is kept.
+    out; without out-of-fold OOD scores there is nothing to compare and the first finalist
+    that could be folded is kept (with its scores); when every finalist drops out, the
+    first one is kept and rescored.
     """
     best: tuple[float, int, OutOfFold] | None = None
     how.get("progress", _SILENT).planned(len(finalists) * _fold_count(splits))
@@ -580,7 +581,7 @@ def _decide_out_of_fold(
             for _, other, _ in finalists:
                 other.pop("finalist", None)
                 other.pop("oof_skipped", None)
-            return finalists[0][0], oof if rank == 0 else None
+            return pos, oof
         row.update({k: round(v, 6) for k, v in figures.items()})
         if best is None or figures["oof_balanced_accuracy"] > best[0]:
             best = (figures["oof_balanced_accuracy"], pos, oof)

@@ -7,7 +7,7 @@ import inspect
 import numpy as np
 import pytest
 
-from sidecar.errors import ConfigError
+from sidecar.errors import ConfigError, DataError
 from sidecar.training import KBTask, carve_splits, evaluate_benchmark, evaluate_task, search
 from sidecar.training._grid import Candidate
 from sidecar.training._metrics import auroc
@@ -510,6 +510,19 @@ def test_out_of_fold_ties_go_to_the_finalist_validation_prefers(monkeypatch) -> 
     monkeypatch.setattr(search_module, "_out_of_fold", lambda splits, cand, **kw: next(calls))
     pos, oof = _decide_out_of_fold(s, finalists, {"target_frr": 0.05})
     assert pos == 3 and oof is better
+    # the first finalist cannot be folded and the OOD queries are not folded at all (no
+    # out-of-fold OOD scores): the second is kept with its scores, not the first rescored
+    unfolded = OutOfFold(ids, None, 5)
+
+    def first_fails(splits, cand, **kw):
+        if cand.m == 2:
+            raise DataError("too few OOD queries left in a fold")
+        return unfolded
+
+    monkeypatch.setattr(search_module, "_out_of_fold", first_fails)
+    pos, oof = _decide_out_of_fold(s, finalists, {"target_frr": 0.05})
+    assert pos == 3 and oof is unfolded
+    assert "finalist" not in rows[0] and "oof_skipped" not in rows[0]
 
 
 def test_finalists_that_cannot_fold_their_ood_queries_do_not_crash_the_search() -> None:

@@ -217,9 +217,14 @@ def train_command(**opts: Any) -> None:
     for k, v in result.validation.items():
         if isinstance(v, float):
             click.echo(f"  {k}: {v:.4f}")
+
+    def used(kind: str) -> str:
+        n, k = stats[f"n_{kind}_queries"], stats[f"n_{kind}_used"]
+        return "" if k == n else f" ({k} used: the split parts are capped)"
+
     click.echo(
-        f"  training queries: {stats['n_id_queries']} ID in {stats['n_id_groups']} groups, "
-        f"{stats['n_ood_queries']} OOD in {stats['n_ood_groups']}"
+        f"  training queries: {stats['n_id_queries']} ID in {stats['n_id_groups']} groups"
+        f"{used('id')}, {stats['n_ood_queries']} OOD in {stats['n_ood_groups']}{used('ood')}"
         + ("" if stats["near_duplicates_grouped"] else " (near-duplicates not grouped)")
     )
     click.echo(

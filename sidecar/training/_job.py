@@ -9,9 +9,10 @@ calibrate the conformal threshold, then build the artifact and the report. Wall 
 peak memory are recorded.
 
 The shipped model is refitted on fit + validation (split calibration) or on every ID
-training query (cross-calibration, the default), so it is never scored on the validation
-split: every ``val_*`` metric and every validation figure of the report comes from models
-fitted on the fit part only.
+training query of the splits (cross-calibration, the default; the fit part holds at most
+6,000, so above about 10,000 ID queries the rest are left out), so it is never scored on
+the validation split: every ``val_*`` metric and every validation figure of the report
+comes from models fitted on the fit part only.
 """
 
 from __future__ import annotations
@@ -296,6 +297,12 @@ def train(
         "n_id_groups": grouped.n_id_groups,
         "n_ood_groups": grouped.n_ood_groups,
         "near_duplicates_grouped": grouped.near_duplicates_grouped,
+        # queries in the splits: the fit parts' caps (6,000 ID, 4,000 + 2,000 OOD) leave
+        # the rest out
+        "n_id_used": len(splits.id_all),
+        "n_ood_used": sum(
+            len(p) for p in (splits.ood_fit, splits.ood_val, splits.ood_cal) if p is not None
+        ),
         "candidates": len(res.table),
         "search_and_fit_s": round(t2 - t1, 3),
         "train_total_s": round(t2 - t0, 3),

@@ -13,8 +13,8 @@ ID training query and on the OOD fit + validation queries, and the one with the 
 out-of-fold balanced accuracy at its own cross-calibrated threshold wins: validation
 AUROC cannot tell the shortlist apart, the operating point the model will run at,
 measured on all those queries, can (where the OOD queries cannot fill the folds, the
-shortlist's first wins). The winner is fitted on every ID training query and keeps the
-threshold of its out-of-fold scores. The threshold is the conformal
+shortlist's first wins). The winner is fitted on every ID training query of the splits
+and keeps the threshold of its out-of-fold scores. The threshold is the conformal
 quantile for a target false-reject rate (``threshold_rule="frr"``, the default), or the
 one that maximises balanced accuracy on held-out ID and OOD calibration queries
 (``"balanced"``, split calibration). The refit has seen the validation split, so every
@@ -66,7 +66,8 @@ class FitProgress(Protocol):
     """Told about a search's model fits, e.g. to drive a progress bar: ``planned(n)`` when
     ``n`` more fits are due (the total grows as the search learns how many finalists and
     folds it needs), ``fitted()`` after each one, a candidate that could not be fitted
-    included."""
+    included. Fits planned for a finalist that drops out of fold are not all run, so the
+    fitted count can end below the planned one, never above it."""
 
     def planned(self, n: int) -> None: ...
 
@@ -264,9 +265,9 @@ def _out_of_fold(
     fold_ood: bool = True,
     **fit: Any,
 ) -> OutOfFold:
-    """Score every ID training query (fit, validation and calibration) by ``cand`` fitted on
-    the other folds; with ``fold_ood``, the OOD fit + validation queries are folded
-    alongside and scored the same way when they fill the folds.
+    """Score every ID training query of the splits (fit, validation and calibration) by
+    ``cand`` fitted on the other folds; with ``fold_ood``, the OOD fit + validation
+    queries are folded alongside and scored the same way when they fill the folds.
 
     Folds keep groups whole (``splits.id_groups`` / ``splits.ood_groups`` where known);
     there are fewer folds where there are fewer ID groups, at least the three carve_splits
@@ -318,7 +319,8 @@ def _cross_calibrated(
     folds: int = CROSS_FOLDS,
     **fit: Any,
 ) -> OODModel:
-    """``cand`` fitted on every ID training query, its threshold cross-calibrated.
+    """``cand`` fitted on every ID training query of the splits, its threshold
+    cross-calibrated.
 
     The threshold is the conformal quantile of the out-of-fold scores of every ID training
     query (:func:`_out_of_fold`; ``oof`` when the search has them already). Every ID query

@@ -210,3 +210,13 @@ def test_a_small_set_whose_near_duplicates_cannot_be_split_falls_back(
     big = grouped_splits(inputs, TrainConfig())
     assert inputs.ood_queries is not None
     assert big.near_duplicates_grouped and big.n_ood_groups <= len(inputs.ood_queries)
+
+
+def test_stats_count_the_training_queries_the_capped_split_parts_leave_out() -> None:
+    inputs = _inputs()
+    rng = np.random.default_rng(3)
+    # 20% (at most 2,000) validate, at most 4,000 of the rest fit: 6,000 of 11,000 used
+    many = rng.normal(size=(11_000, DIM)).astype(np.float32)
+    res = train(replace(inputs, ood_queries=many), TrainConfig(m=4, group_near_duplicates=False))
+    assert res.stats["n_ood_queries"] == 11_000 and res.stats["n_ood_used"] == 6000
+    assert res.stats["n_id_used"] == res.stats["n_id_queries"] == 80

@@ -10,6 +10,7 @@ def test_all_is_pinned() -> None:
             "DETECTORS",
             "Candidate",
             "EmbeddingCache",
+            "FitProgress",
             "KBDocument",
             "KBTask",
             "SearchResult",

@@ -74,9 +74,9 @@ NEAR_DUPLICATE_COS = 0.9
 # KB's ID training queries).
 MAX_GROUP_SHARE = 0.05
 # Near-duplicates kept per row (the most similar first), and the similarity entries
-# computed at a time (a block of rows against all rows: 128 MiB of float32).
+# computed at a time (a block of rows against all rows: 64 MiB of float32).
 _NEIGHBOURS = 32
-_BLOCK_ENTRIES = 1 << 25
+_BLOCK_ENTRIES = 1 << 24
 
 
 def near_duplicate_groups(
@@ -92,8 +92,9 @@ def near_duplicate_groups(
     row then joins its (up to) 32 most similar rows at >= ``cos``, the most similar pairs
     first, skipping a join whose group would exceed ``max_share`` of the rows: a dense
     topic does not chain into one group that no split could place. A label is the
-    smallest row index of its group. Memory stays bounded (128 MiB of similarities at a
-    time); time is quadratic in n (a few seconds for 10,000 rows of 384 dims, minutes for
+    smallest row index of its group. Memory stays bounded (64 MiB of similarities at a
+    time, a few hundred MiB in all even where every row has hundreds of near-duplicates);
+    time is quadratic in n (a few seconds for 10,000 rows of 384 dims, minutes for
     100,000).
     """
     n = len(E)
@@ -134,22 +135,31 @@ def near_duplicate_groups(
 
 
 def _near_pairs(U: np.ndarray, cos: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(row, other row, similarity) for each row's up to 32 most similar rows at >= cos."""
+    """(row, other row, similarity) for each row's up to 32 most similar rows at >= cos,
+    by row, the most similar first.
+
+    A row with more than 32 such rows (a dense topic) takes its 32 most similar by partial
+    sort, so the pairs of a block never outnumber 32 per row, however dense the data.
+    """
     n = len(U)
     block = max(1, min(n, _BLOCK_ENTRIES // n))
     out_i, out_j, out_s = [], [], []
     for lo in range(0, n, block):
         sims = U[lo : lo + block] @ U.T
         sims[np.arange(len(sims)), np.arange(lo, lo + len(sims))] = -np.inf  # not itself
-        r, c = np.nonzero(sims >= cos)
+        near = sims >= cos
+        dense = np.flatnonzero(near.sum(axis=1) > _NEIGHBOURS)
+        near[dense] = False
+        r, c = np.nonzero(near)
+        if len(dense):
+            top = np.argpartition(sims[dense], -_NEIGHBOURS, axis=1)[:, -_NEIGHBOURS:]
+            r = np.concatenate([r, np.repeat(dense, _NEIGHBOURS)])
+            c = np.concatenate([c, top.ravel()])
         sim = sims[r, c]
-        order = np.lexsort((-sim, r))  # by row, the most similar first
-        r, c, sim = r[order], c[order], sim[order]
-        rank = np.arange(len(r)) - np.searchsorted(r, r)  # position within its row
-        keep = rank < _NEIGHBOURS
-        out_i.append(r[keep] + lo)
-        out_j.append(c[keep])
-        out_s.append(sim[keep])
+        order = np.lexsort((c, -sim, r))  # by row, the most similar first
+        out_i.append(r[order] + lo)
+        out_j.append(c[order])
+        out_s.append(sim[order])
     return np.concatenate(out_i), np.concatenate(out_j), np.concatenate(out_s)
 
 

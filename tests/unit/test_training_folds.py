@@ -42,6 +42,25 @@ def test_near_duplicates_found_across_similarity_blocks(monkeypatch: pytest.Monk
     assert len(np.unique(blocked)) == 30
 
 
+def test_a_row_with_many_near_duplicates_keeps_its_32_most_similar() -> None:
+    from sidecar.training._splits import _near_pairs
+
+    rng = np.random.default_rng(5)
+    E = rng.normal(size=16) + 0.1 * rng.normal(size=(120, 16))  # every pair near (dense)
+    E[:20] = rng.normal(size=(20, 16))  # ... but the first 20 rows: a few near pairs at most
+    U = (E / np.linalg.norm(E, axis=1, keepdims=True)).astype(np.float32)
+    sims = U @ U.T
+    np.fill_diagonal(sims, -np.inf)
+    r, c, s = _near_pairs(U, 0.9)
+    assert np.all(s >= 0.9) and np.allclose(s, sims[r, c])
+    for i in range(len(U)):
+        mine = r == i
+        want = np.sort(sims[i][sims[i] >= 0.9])[::-1][:32]
+        assert np.allclose(s[mine], want)  # its most similar first, at most 32
+        assert np.all(np.diff(s[mine]) <= 0)
+    assert np.bincount(r, minlength=len(U))[20:].min() == 32
+
+
 def test_a_dense_topic_of_near_duplicates_stops_at_the_group_cap() -> None:
     rng = np.random.default_rng(2)
     step = rng.normal(size=(100, 32)) * 0.05

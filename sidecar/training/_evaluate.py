@@ -137,6 +137,41 @@ def _labels(given: Sequence[int] | None, n: int) -> np.ndarray:
     return np.arange(n) if given is None else np.unique(np.asarray(given), return_inverse=True)[1]
 
 
+_Four = tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None, np.ndarray | None]
+
+
+def _cross_fit_training(
+    E: tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray],
+    groups: _Four,
+    fi: np.ndarray,
+    fo: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """ID and OOD training queries (and their group labels) of the cross-fitted fold that
+    judges evaluation rows ``fi`` / ``fo``: the task's training queries and the other
+    folds' evaluation queries.
+
+    ``E``: the ID training, ID evaluation, OOD training and OOD evaluation rows;
+    ``groups``: their labels from :func:`_query_groups`. With labels, a training query in
+    the group of a query this fold judges sits the fold out, so that no query is judged
+    by a model fitted on its near copy.
+    """
+    E_idt, E_ide, E_oodt, E_oode = E
+    g_idt, g_id, g_oodt, g_ood = groups
+    rest_i = np.setdiff1d(np.arange(len(E_ide)), fi)
+    rest_o = np.setdiff1d(np.arange(len(E_oode)), fo)
+    if g_idt is None or g_id is None or g_ood is None or g_oodt is None:
+        parts = [E_oode[rest_o]] + ([E_oodt] if E_oodt is not None else [])
+        return np.vstack([E_idt, E_ide[rest_i]]), np.vstack(parts), None, None
+    keep_i, keep_o = ~np.isin(g_idt, g_id[fi]), ~np.isin(g_oodt, g_ood[fo])
+    parts = [E_oode[rest_o]] + ([E_oodt[keep_o]] if E_oodt is not None else [])
+    return (
+        np.vstack([E_idt[keep_i], E_ide[rest_i]]),
+        np.vstack(parts),
+        np.r_[g_idt[keep_i], g_id[rest_i]],
+        np.r_[g_ood[rest_o], g_oodt[keep_o]],
+    )
+
+
 def _query_groups(
     task: KBTask,
     fold_grouping: str,
@@ -144,7 +179,7 @@ def _query_groups(
     E_ide: np.ndarray,
     E_oodt: np.ndarray | None,
     E_oode: np.ndarray,
-) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None, np.ndarray | None]:
+) -> _Four:
     """Group labels of the ID training, ID evaluation, OOD training and OOD evaluation rows.
 
     ``"grouped"``: the task's groups (paraphrases) joined with near-duplicates, so that the
@@ -227,14 +262,9 @@ def evaluate_task(
         id_train, ood_train = E_idt, E_oodt
         id_groups, ood_groups = g_idt, g_oodt
         if task.cross_fit > 1:  # train on the other folds' evaluation queries
-            rest_i = np.setdiff1d(np.arange(len(E_ide)), fi)
-            rest_o = np.setdiff1d(np.arange(len(E_oode)), fo)
-            id_train = np.vstack([E_idt, E_ide[rest_i]])
-            parts = [E_oode[rest_o]] + ([E_oodt] if E_oodt is not None else [])
-            ood_train = np.vstack(parts)
-            if g_id is not None and g_ood is not None:
-                id_groups = np.r_[g_idt, g_id[rest_i]]
-                ood_groups = np.r_[g_ood[rest_o], g_oodt]
+            id_train, ood_train, id_groups, ood_groups = _cross_fit_training(
+                (E_idt, E_ide, E_oodt, E_oode), (g_idt, g_id, g_oodt, g_ood), fi, fo
+            )
         splits = carve_splits(
             E_kb,
             id_train,
@@ -365,7 +395,8 @@ def evaluate_benchmark(
             "punctuation and spacing ignored)",
             "cross_fit_folds": (
                 f"whole groups: paraphrase pairs, and near-duplicates at cosine >= "
-                f"{NEAR_DUPLICATE_COS}, in the folds and in the training splits"
+                f"{NEAR_DUPLICATE_COS}, in the folds and in the training splits; a "
+                "training query that nearly copies a fold's query is not fitted for that fold"
                 if fold_grouping == "grouped"
                 else "query by query (a paraphrase of an evaluation query may be trained on)"
             ),

@@ -29,7 +29,7 @@ from model_store._errors import (
 from model_store._redis import RedisStore
 from model_store._redis_async import AsyncRedisStore
 from model_store._redis_common import safe_url
-from model_store._store import AsyncModelStore, ModelStore, StoreEvent, VersionInfo
+from model_store._store import AsyncModelStore, ModelStore, StoreEvent, VersionInfo, check_kb
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -52,6 +52,7 @@ __all__ = [
     "StoreUnavailable",
     "VersionInfo",
     "build_artifact",
+    "check_kb",
     "decode",
     "encode",
     "load_dir",

@@ -136,6 +136,12 @@ def train_command(**opts: Any) -> None:
     _check_output_dir(opts["out"], "--out")
     if not opts["no_report"]:
         _check_output_dir(opts["report_dir"] or opts["out"] / "report", "--report")
+    if opts["stats_json"]:
+        _check_output_file(opts["stats_json"], "--stats-json")
+    if opts["kb_name"] is not None:
+        from model_store import check_kb
+
+        check_kb(opts["kb_name"])
 
     from threadpoolctl import threadpool_limits
     from tqdm.auto import tqdm
@@ -145,6 +151,7 @@ def train_command(**opts: Any) -> None:
     from sidecar.training._job import (
         TrainConfig,
         build_report,
+        check_config,
         parse_m_range,
         train,
     )
@@ -178,6 +185,7 @@ def train_command(**opts: Any) -> None:
         calibration=opts["calibration"],
         group_near_duplicates=opts["group_near_duplicates"],
     )
+    check_config(cfg)  # before the inputs are embedded
     # Inputs first (with their own encoding bar): a bad path fails before any other output.
     inputs, embed_s = load_inputs(opts, settings, progress=progress)
     with (
@@ -262,6 +270,18 @@ def _check_output_dir(path: Path, option: str) -> None:
         raise ConfigError(f"{option} {path} cannot be created: {ancestor} is not a directory")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise ConfigError(f"{option} {path} cannot be created: {ancestor} is not writable")
+
+
+def _check_output_file(path: Path, option: str) -> None:
+    """Raise ConfigError unless ``path`` can be written as a file (its folder may be made)."""
+    from sidecar.errors import ConfigError
+
+    if path.is_dir():
+        raise ConfigError(f"{option} {path} is a directory, not a file")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ConfigError(f"{option} {path} is not writable")
+    if not path.exists():
+        _check_output_dir(path.absolute().parent, option)
 
 
 def _publish(artifact: Any, settings: Any, *, promote: bool) -> None:

@@ -16,6 +16,8 @@ log = logging.getLogger(__name__)
 # rate r, balanced accuracy cannot exceed 1 - r / 2 (5 % caps it at 0.975); at 1 % the
 # conformal quantile needs at least 99 held-out ID queries to be valid.
 DEFAULT_TARGET_FRR = 0.01
+# (calibration size, target) pairs already warned about as too small
+_WARNED: set[tuple[int, float]] = set()
 
 
 def conformal_threshold(id_scores: Any, target_frr: float) -> float:
@@ -45,7 +47,11 @@ def conformal_threshold(id_scores: Any, target_frr: float) -> float:
     n = s.size
     rank = math.ceil((n + 1) * (1.0 - target_frr))
     if rank > n:
-        log.warning(
+        # once per size and target: a search calibrates every candidate on the same part
+        level = logging.DEBUG if (n, target_frr) in _WARNED else logging.WARNING
+        _WARNED.add((n, target_frr))
+        log.log(
+            level,
             "only %s calibration queries: too few for a false-reject rate of %s; "
             "using the largest score",
             n,

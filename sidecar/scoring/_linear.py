@@ -128,7 +128,8 @@ class CombinedDetector(LogRegDetector):
         As :class:`LogRegDetector`.
     """
 
-    _ALLOWED = ("pcs", "residual", "max_cosine", "knn", "neighbours")
+    # the blocks it can take, in the order it stacks them
+    FEATURE_BLOCKS = ("pcs", "residual", "max_cosine", "knn", "neighbours")
 
     def __init__(
         self,
@@ -174,7 +175,9 @@ class CombinedDetector(LogRegDetector):
     @property
     def inputs(self) -> tuple[str, ...]:
         feats = tuple(self.features)
-        bad = [f for f in feats if f not in self._ALLOWED]
+        bad = [f for f in feats if f not in self.FEATURE_BLOCKS]
         if bad or not feats:
-            raise DataError(f"combined features must be a non-empty subset of {self._ALLOWED}")
-        return tuple(f for f in self._ALLOWED if f in feats)
+            raise DataError(
+                f"combined features must be a non-empty subset of {self.FEATURE_BLOCKS}"
+            )
+        return tuple(f for f in self.FEATURE_BLOCKS if f in feats)

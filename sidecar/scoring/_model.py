@@ -360,6 +360,13 @@ class OODModel:
                 raise ValueError(
                     f"detector expects {det.n_features_in_} features, the model builds {out.dims}"
                 )
+            if not math.isfinite(out.threshold):  # NaN would pass every query as in-domain
+                raise ValueError(f"decision threshold must be finite, got {out.threshold}")
+            for key in ("m", "dims"):  # what `models show` reports must be what runs
+                if key in model and int(model[key]) != getattr(out, key):
+                    raise ValueError(
+                        f"manifest says {key}={model[key]}, the arrays give {getattr(out, key)}"
+                    )
         except IncompatibleArtifact:
             raise
         except (KeyError, TypeError, ValueError, IndexError, DataError) as exc:

@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from sidecar.errors import ConfigError, DataError
-from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel
+from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel, detector_kinds
+from sidecar.scoring._linear import CombinedDetector
 from sidecar.training._grid import MAX_DIMS, Candidate, default_grid
 from sidecar.training._metrics import auroc, balanced_accuracy, fpr_at_tpr, paper_accuracy
 from sidecar.training._report import ReportData, pc_loadings, write_report
@@ -95,6 +96,23 @@ class TrainResult:
     validation: dict[str, Any]
     # The splits it was trained on (the report reuses them; None: carve them again).
     splits: TrainingSplits | None = None
+
+
+def check_config(cfg: TrainConfig) -> None:
+    """Refuse a configuration no search could fit, before any input is read."""
+    kinds = detector_kinds()
+    if cfg.detector not in kinds:
+        raise ConfigError(f"unknown detector {cfg.detector!r}; one of {', '.join(kinds)}")
+    if cfg.features is not None:
+        blocks = CombinedDetector.FEATURE_BLOCKS
+        if cfg.detector != "combined":
+            raise ConfigError(f"--features applies to the combined detector, not {cfg.detector!r}")
+        unknown = [f for f in cfg.features if f not in blocks]
+        if not cfg.features or unknown:
+            raise ConfigError(
+                f"--features takes blocks among {','.join(blocks)}; "
+                f"got {','.join(cfg.features) or 'none'}"
+            )
 
 
 def parse_m_range(text: str) -> tuple[int, int]:
@@ -265,6 +283,7 @@ def train(
     ``fits`` is told about every model fit of the search.
     """
     step = tick or (lambda _s: None)
+    check_config(cfg)
     t0 = time.perf_counter()
     if inputs.kb.ndim != 2 or inputs.kb.shape[1] != int(inputs.encoder["dim"]):
         raise DataError(f"KB embeddings of shape {inputs.kb.shape} do not match the encoder")
@@ -458,12 +477,25 @@ def report_data(
 def load_npy(path: str | Path, what: str) -> np.ndarray:
     """A 2-D float array from ``.npy`` (never pickled objects)."""
     p = Path(path)
+    if p.is_dir():
+        raise DataError(f"{what}: {p} is a directory, not a .npy file")
     if not p.is_file():
         raise DataError(f"{what} file not found: {p}")
+    with p.open("rb") as f:
+        magic = f.read(6)
+    if magic != b"\x93NUMPY":  # numpy would call it pickled data (never unpickled here)
+        raise DataError(f"{p}: not a .npy array (no .npy header)")
     try:
         arr = np.load(p, allow_pickle=False, mmap_mode="r")
-    except (ValueError, OSError) as exc:
-        raise DataError(f"{p}: not a .npy array ({exc})") from exc
+    except (ValueError, OSError, EOFError) as exc:
+        raise DataError(f"{p}: not a .npy array ({exc or 'truncated'})") from exc
     if arr.ndim != 2 or arr.dtype.kind != "f":
         raise DataError(f"{p}: {what} must be a 2-D float array, got {arr.dtype} {arr.shape}")
-    return np.ascontiguousarray(arr, dtype=np.float32)
+    out = np.ascontiguousarray(arr, dtype=np.float32)
+    bad = ~np.isfinite(out).all(axis=1)
+    if bad.any():
+        raise DataError(
+            f"{p}: {what} has {int(bad.sum())} rows with NaN or infinite values "
+            f"(first: row {int(np.argmax(bad))})"
+        )
+    return out

@@ -361,8 +361,8 @@ def _balanced(model: OODModel, splits: TrainingSplits) -> OODModel:
     """``model`` with its threshold moved to the best balanced accuracy on calibration data."""
     if splits.ood_cal is None:
         raise ConfigError(
-            "threshold rule 'balanced' needs held-out OOD calibration queries "
-            "(OOD training queries and carve_splits(ood_cal_fraction > 0))"
+            "threshold rule 'balanced' needs OOD training queries to hold some out for "
+            "calibration (at least 8)"
         )
     s_id, s_ood = model.score(splits.id_cal), model.score(splits.ood_cal)
     thr = balanced_threshold(s_id, s_ood)
@@ -535,7 +535,12 @@ def search(
         kept_row["picked"] = True
         val_auroc = kept.val_auroc
     if best_cand is None or best_model is None:
-        raise ConfigError(f"no candidate of {detector!r} could be fitted: {table}")
+        reasons: dict[str, int] = {}
+        for row in table:
+            why = str(row.get("skipped", "not ranked"))
+            reasons[why] = reasons.get(why, 0) + 1
+        summary = "; ".join(f"{why} ({n} of {len(table)})" for why, n in reasons.items())
+        raise ConfigError(f"no candidate of {detector!r} could be fitted: {summary}")
     if calibration == "cross":
         model = _cross_calibrated(splits, best_cand, oof=oof, **how)
     else:

@@ -32,9 +32,8 @@ log = logging.getLogger(__name__)
 
 def _either(opts: Mapping[str, Any], text_key: str, emb_key: str) -> None:
     if opts.get(text_key) and opts.get(emb_key):
-        raise ConfigError(
-            f"give --{text_key.replace('_', '-')} or --{emb_key.replace('_', '-')}, not both"
-        )
+        text = "kb" if text_key == "kb_path" else text_key.replace("_", "-")  # its option
+        raise ConfigError(f"give --{text} or --{emb_key.replace('_', '-')}, not both")
 
 
 def load_inputs(

@@ -187,3 +187,59 @@ def test_help_states_the_near_duplicate_cosine_the_job_uses() -> None:
     res = CliRunner().invoke(main, ["train", "--help"])
     assert res.exit_code == 0
     assert f"cosine >= {NEAR_DUPLICATE_COS} into groups" in " ".join(res.output.split())
+
+
+def _bad_inputs(tmp_path: Path, embeddings: dict[str, Path]) -> dict[str, tuple[list[str], str]]:
+    """Bad-input cases: (arguments that replace or add to the good ones, expected text)."""
+    nan = np.load(embeddings["kb"])
+    nan[3, 5] = np.nan
+    np.save(tmp_path / "nan.npy", nan)
+    (tmp_path / "empty.npy").write_bytes(b"")
+    (tmp_path / "text.npy").write_text("not an array\n")
+    (tmp_path / "adir").mkdir()
+    kb = ["--kb-embeddings"]
+    return {
+        "empty npy": ([*kb, str(tmp_path / "empty.npy")], "not a .npy array"),
+        "text npy": ([*kb, str(tmp_path / "text.npy")], "no .npy header"),
+        "NaN rows": ([*kb, str(tmp_path / "nan.npy")], "1 rows with NaN"),
+        "directory": ([*kb, str(tmp_path / "adir")], "is a directory"),
+        "detector": (["--detector", "crystal_ball"], "unknown detector 'crystal_ball'"),
+        "features": (["--features", "pcs,bogus"], "--features takes blocks among"),
+        "features on knn": (["--detector", "knn"], "applies to the combined detector"),
+        "empty kb name": (["--kb-name", ""], "invalid KB id ''"),
+        "both kb inputs": (["--kb", str(tmp_path / "kb.jsonl")], "give --kb or --kb-embeddings"),
+        "stats dir": (["--stats-json", str(tmp_path / "adir")], "--stats-json"),
+    }
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "empty npy",
+        "text npy",
+        "NaN rows",
+        "directory",
+        "detector",
+        "features",
+        "features on knn",
+        "empty kb name",
+        "both kb inputs",
+        "stats dir",
+    ],
+)
+def test_bad_input_is_one_line_before_any_training(
+    tmp_path: Path, embeddings: dict[str, Path], case: str
+) -> None:
+    more, expected = _bad_inputs(tmp_path, embeddings)[case]
+    args = _train_on(embeddings, tmp_path / "m")
+    if more[0] in args:  # replace an option given already
+        i = args.index(more[0])
+        args[i : i + 2] = more
+    else:
+        args += more
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 2, res.output
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), res.output
+    assert expected in lines[0]
+    assert not (tmp_path / "m").exists()  # refused before an artifact was written

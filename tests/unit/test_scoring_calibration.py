@@ -45,3 +45,17 @@ def test_cli_defaults_follow_the_library_default_target_frr() -> None:
     for cmd in ("train", "eval"):
         out = CliRunner().invoke(main, [cmd, "--help"]).output
         assert f"[default: {DEFAULT_TARGET_FRR}" in " ".join(out.split()), cmd
+
+
+def test_too_few_calibration_queries_warn_once_per_size_and_target(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import logging
+
+    scores = np.linspace(0.0, 1.0, 37)  # 37 < 1 / 0.0123 - 1: the guarantee cannot hold
+    with caplog.at_level(logging.DEBUG, logger="sidecar.scoring._calibration"):
+        for _ in range(3):  # a search calibrates every candidate on the same part
+            assert conformal_threshold(scores, 0.0123) == 1.0
+        conformal_threshold(scores[:36], 0.0123)  # another size: its own warning
+    levels = [r.levelno for r in caplog.records if "too few" in r.getMessage()]
+    assert levels == [logging.WARNING, logging.DEBUG, logging.DEBUG, logging.WARNING]

@@ -250,6 +250,14 @@ def test_unknown_kind_and_malformed_sections_are_refused() -> None:
     bad_coef = {**arrays, "detector.coef": np.zeros(3)}
     with pytest.raises(IncompatibleArtifact):
         _rebuilt(art.model, bad_coef)
+    # an unsigned manifest edit that would let every query through, or misreport the model
+    for edit in ({"threshold": float("nan")}, {"threshold": float("inf")}):
+        with pytest.raises(IncompatibleArtifact, match="threshold must be finite"):
+            _rebuilt({**art.model, **edit}, arrays)
+    for edit in ({"m": -3}, {"dims": 99}):
+        with pytest.raises(IncompatibleArtifact, match="manifest says"):
+            _rebuilt({**art.model, **edit}, arrays)
+    _rebuilt(art.model, arrays)  # the untouched one loads
 
 
 def test_manifest_describes_the_model() -> None:

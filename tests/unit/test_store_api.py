@@ -45,6 +45,7 @@ def test_public_names_are_pinned() -> None:
         "StoreUnavailable",
         "VersionInfo",
         "build_artifact",
+        "check_kb",
         "decode",
         "encode",
         "load_dir",

@@ -614,3 +614,16 @@ def test_search_progress_counts_every_model_fit(monkeypatch, calibration, criter
     folds = res.model.metrics.get("calibration_folds", 0)
     # every candidate, each finalist on every fold, and each run's shipped model
     assert len(calls) == runs * len(grid) + finalists * folds + runs
+
+
+def test_a_grid_nothing_fits_is_refused_with_its_reasons_counted() -> None:
+    embed = _overlapping_embed(0.5)
+    t = _task()
+    s = carve_splits(embed(t.kb_texts), embed(t.id_train), embed(t.ood_train), seed=0)
+    grid = [Candidate("logreg", 40, {"C": C}) for C in (0.1, 1.0)]  # more PCs than dims
+    grid.append(Candidate("logreg", 50, {"C": 1.0}))
+    with pytest.raises(ConfigError) as err:
+        search(s, "logreg", kb_name="t", encoder={"name": "fake", "dim": DIM}, grid=grid)
+    msg = str(err.value)
+    assert msg.startswith("no candidate of 'logreg' could be fitted: m=40 exceeds the k=24")
+    assert "(2 of 3); m=50" in msg and msg.endswith("(1 of 3)") and "{" not in msg

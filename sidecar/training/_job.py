@@ -492,10 +492,12 @@ def load_npy(path: str | Path, what: str) -> np.ndarray:
     if arr.ndim != 2 or arr.dtype.kind != "f":
         raise DataError(f"{p}: {what} must be a 2-D float array, got {arr.dtype} {arr.shape}")
     out = np.ascontiguousarray(arr, dtype=np.float32)
-    bad = ~np.isfinite(out).all(axis=1)
-    if bad.any():
-        raise DataError(
-            f"{p}: {what} has {int(bad.sum())} rows with NaN or infinite values "
-            f"(first: row {int(np.argmax(bad))})"
-        )
+    for bad, why in (
+        (~np.isfinite(out).all(axis=1), "with NaN or infinite values"),
+        (~out.any(axis=1), "of zeros (no encoder gives those)"),
+    ):
+        if bad.any():
+            raise DataError(
+                f"{p}: {what} has {int(bad.sum())} rows {why} (first: row {int(np.argmax(bad))})"
+            )
     return out

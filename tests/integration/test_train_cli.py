@@ -194,6 +194,7 @@ def _bad_inputs(tmp_path: Path, embeddings: dict[str, Path]) -> dict[str, tuple[
     nan = np.load(embeddings["kb"])
     nan[3, 5] = np.nan
     np.save(tmp_path / "nan.npy", nan)
+    np.save(tmp_path / "zeros.npy", np.zeros_like(nan))
     (tmp_path / "empty.npy").write_bytes(b"")
     (tmp_path / "text.npy").write_text("not an array\n")
     (tmp_path / "adir").mkdir()
@@ -202,6 +203,7 @@ def _bad_inputs(tmp_path: Path, embeddings: dict[str, Path]) -> dict[str, tuple[
         "empty npy": ([*kb, str(tmp_path / "empty.npy")], "not a .npy array"),
         "text npy": ([*kb, str(tmp_path / "text.npy")], "no .npy header"),
         "NaN rows": ([*kb, str(tmp_path / "nan.npy")], "1 rows with NaN"),
+        "zero rows": ([*kb, str(tmp_path / "zeros.npy")], "120 rows of zeros"),
         "directory": ([*kb, str(tmp_path / "adir")], "is a directory"),
         "detector": (["--detector", "crystal_ball"], "unknown detector 'crystal_ball'"),
         "features": (["--features", "pcs,bogus"], "--features takes blocks among"),
@@ -218,6 +220,7 @@ def _bad_inputs(tmp_path: Path, embeddings: dict[str, Path]) -> dict[str, tuple[
         "empty npy",
         "text npy",
         "NaN rows",
+        "zero rows",
         "directory",
         "detector",
         "features",

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from sidecar.settings import Settings
 
 _PATH = click.Path(path_type=Path)
+# What model_store.save_dir writes into an artifact directory.
+_EXPORT_FILES = frozenset({"manifest.json", "arrays.npz"})
 
 
 def _store_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -48,9 +50,16 @@ def _settings(store_dir: Path | None, redis_url: str | None, **store_overrides: 
 
 
 @contextmanager
-def _opened(settings: Settings) -> Iterator[ModelStore]:
+def _opened(settings: Settings, *, read_only: bool = False) -> Iterator[ModelStore]:
+    """The configured store; with ``read_only``, a directory store must already exist.
+
+    Opening a directory store creates its root, which a command that only reads must not
+    do for a mistyped --store-dir (it would list an empty store, or create a stray one).
+    """
     from sidecar._stores import open_store
 
+    if read_only and settings.store.backend == "directory":
+        _check_store_dir(settings.store.directory)
     s = open_store(settings)
     try:
         yield s
@@ -58,10 +67,24 @@ def _opened(settings: Settings) -> Iterator[ModelStore]:
         s.close()
 
 
+def _check_store_dir(root: Path) -> None:
+    from sidecar.errors import ConfigError
+
+    hint = "check --store-dir or store.directory"
+    if not root.exists():
+        raise ConfigError(f"store directory {root} does not exist ({hint})")
+    if not root.is_dir():
+        raise ConfigError(f"store directory {root} is not a directory ({hint})")
+
+
 def _open(
-    store_dir: Path | None, redis_url: str | None, **store_overrides: Any
+    store_dir: Path | None,
+    redis_url: str | None,
+    *,
+    read_only: bool = False,
+    **store_overrides: Any,
 ) -> AbstractContextManager[ModelStore]:
-    return _opened(_settings(store_dir, redis_url, **store_overrides))
+    return _opened(_settings(store_dir, redis_url, **store_overrides), read_only=read_only)
 
 
 def _resolve(store: ModelStore, kb: str, ref: str) -> str:
@@ -112,7 +135,7 @@ def list_command(
 ) -> None:
     """List the versions of KB (or of every KB). `*` = active, `p` = previous."""
     rows: list[dict[str, Any]] = []
-    with _open(store_dir, redis_url) as store:
+    with _open(store_dir, redis_url, read_only=True) as store:
         for name in [kb] if kb else store.kbs():
             active, previous = store.active(name), store.previous(name)
             for v in store.versions(name):
@@ -161,7 +184,7 @@ def show_command(
 
     VERSION may be `active`, `previous`, a version id or a unique prefix of one.
     """
-    with _open(store_dir, redis_url) as store:
+    with _open(store_dir, redis_url, read_only=True) as store:
         if version is None:
             click.echo(f"KB:       {kb}")
             click.echo(f"active:   {store.active(kb) or '-'}")
@@ -227,11 +250,39 @@ def export_command(
     """
     from model_store import save_dir
 
-    with _open(store_dir, redis_url) as store:
+    with _open(store_dir, redis_url, read_only=True) as store:
         v = _resolve(store, kb, version)
         artifact = store.get(kb, v)
+    _check_export_target(directory, artifact)
     save_dir(artifact, directory)
     click.echo(f"exported {kb}/{v} to {directory}")
+
+
+def _check_export_target(directory: Path, artifact: Artifact) -> None:
+    """Refuse a non-empty DIRECTORY unless it holds an export of this very version.
+
+    Writing into it would leave its other files beside the artifact (or overwrite the
+    manifest of another one); re-exporting the same version in place is harmless.
+    """
+    from model_store import Artifact
+    from sidecar.errors import ConfigError
+
+    if not directory.is_dir():
+        return  # missing: created; a file in the way: save_dir reports it
+    names = {p.name for p in directory.iterdir()}
+    if not names:
+        return
+    if names <= _EXPORT_FILES:
+        try:
+            manifest = json.loads((directory / "manifest.json").read_bytes())
+        except (OSError, ValueError):
+            manifest = None
+        if isinstance(manifest, dict) and Artifact(manifest, {}).version == artifact.version:
+            return
+    raise ConfigError(
+        f"{directory} is not empty and holds no export of {artifact.kb}/{artifact.version}: "
+        "give a new or empty directory"
+    )
 
 
 @models.command("import")
@@ -295,7 +346,7 @@ def gc_command(
     kb: str | None, retention: int | None, store_dir: Path | None, redis_url: str | None
 ) -> None:
     """Delete old versions beyond the retention (never the active or previous one)."""
-    overrides = {"retention": retention} if retention else {}
+    overrides: dict[str, Any] = {"retention": retention} if retention else {}
     with _open(store_dir, redis_url, **overrides) as store:
         for name in [kb] if kb else store.kbs():
             deleted = store.gc(name)

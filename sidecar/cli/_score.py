@@ -70,13 +70,16 @@ def score_command(
     with their reason code; the exit status is 0 either way.
     """
     from model_store import load_dir
-    from sidecar.errors import ConfigError
+    from sidecar.errors import ConfigError, DataError
     from sidecar.settings import load_settings
 
     settings = load_settings()
     kb_name = kb or settings.scoring.default_kb
     records = [{"id": f"arg-{i}", "text": t} for i, t in enumerate(texts)]
     values = [json.dumps(r).encode() for r in records] + _read_lines(query_file)
+    if not values and query_file is not None:
+        name = "standard input" if str(query_file) == "-" else str(query_file)
+        raise DataError(f"{name} holds no queries")
     if not values:
         raise click.UsageError("give query TEXTS or --file")
     if artifact is not None:
@@ -87,7 +90,7 @@ def score_command(
         if kb is not None and kb != art.manifest.get("kb"):
             raise ConfigError(f"{artifact} is a model of KB {art.manifest.get('kb')!r}, not {kb!r}")
     else:
-        with _open(store_dir, redis_url) as store:
+        with _open(store_dir, redis_url, read_only=True) as store:
             version = _resolve(store, kb_name, ref)
             art = store.get(kb_name, version)
     outcome, model = _score(settings, art, version, values)
@@ -120,17 +123,12 @@ def _read_lines(path: Path | None) -> list[bytes]:
 
     A line that starts with ``{`` is a record as the queries topic carries it (an ``id``
     is filled in when missing; anything else wrong with it is the stream's dead letter);
-    any other line is the text of one query.
+    any other line is the text of one query. A path that cannot be read raises its
+    ``OSError`` (one line and exit status 2, like every wrong path).
     """
     if path is None:
         return []
-    if str(path) == "-":
-        data = sys.stdin.buffer.read()
-    else:
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise click.FileError(str(path), hint=exc.strerror or str(exc)) from exc
+    data = sys.stdin.buffer.read() if str(path) == "-" else path.read_bytes()
     out = []
     for n, line in enumerate(data.splitlines(), start=1):
         stripped = line.strip()

@@ -65,31 +65,59 @@ def build_messages(query: str, sources: Sequence[Source], kept: int) -> Messages
     ]
 
 
-def sources_from_records(records: Sequence[Any]) -> list[Source]:
-    """Validate ``[{"id": ..., "text": ...}, ...]`` (``id`` optional: ``S<k>``)."""
-    out = []
+def sources_from_records(
+    records: Sequence[Any], *, origin: Sequence[str] | None = None
+) -> list[Source]:
+    """Validate ``[{"id": ..., "text": ...}, ...]`` (``id`` optional: ``S<k>``).
+
+    ``origin[k]`` (e.g. ``"sources.jsonl:3"``) says where record ``k`` came from; an
+    error about it starts with that.
+    """
+
+    def where(k: int) -> str:
+        return f"{origin[k]}: " if origin is not None else ""
+
+    out: list[Source] = []
+    seen: dict[str, int] = {}
     for k, rec in enumerate(records):
         if isinstance(rec, str):
             rec = {"text": rec}
         if not isinstance(rec, dict) or not isinstance(rec.get("text"), str):
-            raise DataError(f"source {k + 1} must be an object with a string 'text'")
-        out.append(Source(id=str(rec.get("id", f"S{k + 1}")), text=rec["text"]))
-    if len({s.id for s in out}) != len(out):
-        raise DataError("source ids must be unique")
+            raise DataError(f"{where(k)}source {k + 1} must be an object with a string 'text'")
+        source = Source(id=str(rec.get("id", f"S{k + 1}")), text=rec["text"])
+        if source.id in seen:
+            j = seen[source.id]
+            first = origin[j] if origin is not None else f"source {j + 1}"
+            raise DataError(
+                f"{where(k)}source ids must be unique: {source.id!r} is also at {first}"
+            )
+        seen[source.id] = k
+        out.append(source)
     return out
 
 
 def load_sources(path: Path) -> list[Source]:
-    """Read a JSONL file of sources, one ``{"id": ..., "text": ...}`` object a line."""
-    records = []
-    with Path(path).open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
+    """Read a UTF-8 JSONL file of sources, one ``{"id": ..., "text": ...}`` object a line.
+
+    A missing or unreadable file raises the ``OSError``; bad content a :class:`DataError`
+    naming the file and the line.
+    """
+    records, origin = [], []
+    with Path(path).open("rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataError(
+                    f"{path}:{lineno}: not UTF-8 text ({exc.reason} at byte {exc.start})"
+                ) from exc
             if not line.strip():
                 continue
             try:
                 records.append(json.loads(line))
             except json.JSONDecodeError as exc:
                 raise DataError(f"{path}:{lineno}: not JSON ({exc.msg})") from exc
+            origin.append(f"{path}:{lineno}")
     if not records:
         raise DataError(f"{path}: no sources")
-    return sources_from_records(records)
+    return sources_from_records(records, origin=origin)

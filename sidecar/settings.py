@@ -294,8 +294,9 @@ def load_settings(**overrides: Any) -> Settings:
     except ValidationError as exc:
         problem = "; ".join(_describe_error(e) for e in exc.errors(include_input=False))
     except SettingsError as exc:
-        # pydantic-settings' own message names the field and source, not the value.
-        problem = str(exc)
+        # pydantic-settings' own message names the section and source, not the value; it
+        # fails this way on a list field whose variable is not JSON
+        problem = f'{exc} (list fields such as scoring.kbs take JSON, e.g. \'["hr","it"]\')'
     # Raised here, not inside the except blocks, so that no traceback carries the original
     # error: pydantic's includes the offending value, which may be a password.
     raise ConfigError(f"invalid settings: {problem}")

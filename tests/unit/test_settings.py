@@ -91,7 +91,7 @@ def test_bad_value_names_the_field_not_the_value(monkeypatch: pytest.MonkeyPatch
 def test_unparseable_json_env_var_is_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SIDECAR_SCORING__KBS", SECRET)
     exc = _config_error()
-    assert "scoring" in str(exc)
+    assert "scoring" in str(exc) and "take JSON" in str(exc)  # says how to write a list
     _assert_hidden(exc, SECRET)
 
 

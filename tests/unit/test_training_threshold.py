@@ -79,7 +79,7 @@ def test_search_with_balanced_rule_moves_the_threshold() -> None:
     with pytest.raises(ConfigError, match="threshold rule"):
         search(s, "logreg", kb_name="k", encoder=ENC, grid=grid, threshold_rule="oracle")
     no_cal = carve_splits(d["kb"], d["id"], d["ood"], seed=0)
-    with pytest.raises(ConfigError, match="OOD calibration"):
+    with pytest.raises(ConfigError, match="OOD training queries to hold some out for calibration"):
         search(no_cal, "logreg", kb_name="k", encoder=ENC, grid=grid, threshold_rule="balanced")
 
 

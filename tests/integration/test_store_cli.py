@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -89,35 +90,29 @@ def test_import_requires_signature_when_key_set(
     store.close()
 
 
-def _one_error_line(result: Result) -> str:
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output
-    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:"), result.output
-    return lines[0]
-
-
-def test_wrong_paths_are_one_line(tmp_path: Path) -> None:
+def test_wrong_paths_are_one_line(tmp_path: Path, one_error_line: Callable[[Result], str]) -> None:
     (d0,) = _artifact_dirs(tmp_path, 1)
     store = ["--store-dir", str(tmp_path / "store")]
     run("models", "import", str(d0), "--promote", *store)
     a_file = tmp_path / "a-file"
     a_file.write_text("not a directory\n")
 
-    line = _one_error_line(CliRunner().invoke(main, ["models", "import", str(a_file), *store]))
+    line = one_error_line(CliRunner().invoke(main, ["models", "import", str(a_file), *store]))
     assert str(a_file) in line  # NotADirectoryError
     for target in (a_file, a_file / "x"):  # FileExistsError, NotADirectoryError
         args = ["models", "export", "demo", "active", str(target), *store]
-        line = _one_error_line(CliRunner().invoke(main, args))
+        line = one_error_line(CliRunner().invoke(main, args))
         assert str(a_file) in line
     assert a_file.read_text() == "not a directory\n"
 
 
-def test_store_dir_that_is_a_file_does_not_suggest_retrying(tmp_path: Path) -> None:
+def test_store_dir_that_is_a_file_does_not_suggest_retrying(
+    tmp_path: Path, one_error_line: Callable[[Result], str]
+) -> None:
     a_file = tmp_path / "a-file"
     a_file.write_text("x")
     result = CliRunner().invoke(main, ["models", "list", "--store-dir", str(a_file)])
-    line = _one_error_line(result)
+    line = one_error_line(result)
     assert str(a_file) in line and "retrying" not in line
 
 
@@ -133,7 +128,9 @@ def _signed_dir(tmp_path: Path, name: str, key: bytes, *, tamper: bool = False) 
     return d
 
 
-def test_allow_unsigned_still_rejects_a_wrong_signature(tmp_path: Path) -> None:
+def test_allow_unsigned_still_rejects_a_wrong_signature(
+    tmp_path: Path, one_error_line: Callable[[Result], str]
+) -> None:
     store_dir = tmp_path / "store"
     env = {"SIDECAR_STORE__HMAC_KEY": "k", "SIDECAR_SECRETS_DIR": str(tmp_path / "none")}
     rejected = [
@@ -143,7 +140,7 @@ def test_allow_unsigned_still_rejects_a_wrong_signature(tmp_path: Path) -> None:
     ]
     for d in rejected:
         args = ["models", "import", str(d), "--store-dir", str(store_dir), "--allow-unsigned"]
-        line = _one_error_line(CliRunner(env=env).invoke(main, args))
+        line = one_error_line(CliRunner(env=env).invoke(main, args))
         assert "signature does not match" in line
     assert DirectoryStore(store_dir).kbs() == []
 

@@ -7,6 +7,7 @@ traceback; a read-only command never creates the store directory it was pointed 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,14 +23,6 @@ from sidecar.explain._prompt import sources_from_records
 from sidecar.training._eval_report import read_eval_json
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
-def _one_error_line(result: Result) -> str:
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output
-    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:"), result.output
-    return lines[0]
 
 
 def _invoke(*args: str) -> Result:
@@ -70,13 +63,13 @@ def _eval_doc(**changes: Any) -> dict[str, Any]:
     ],
 )
 def test_eval_report_with_wrong_types_is_one_line_naming_file_and_field(
-    tmp_path: Path, doc: dict[str, Any], message: str
+    tmp_path: Path, doc: dict[str, Any], message: str, one_error_line: Callable[[Result], str]
 ) -> None:
     src = tmp_path / "eval.json"
     src.write_text(json.dumps(doc))
     with pytest.raises(DataError, match="^" + str(src).replace(".", r"\.")):
         read_eval_json(src)
-    line = _one_error_line(_invoke("eval-report", str(src), "--out", str(tmp_path / "out")))
+    line = one_error_line(_invoke("eval-report", str(src), "--out", str(tmp_path / "out")))
     assert str(src) in line and message in line, line
 
 
@@ -94,12 +87,14 @@ def test_eval_report_still_reads_every_recorded_eval(tmp_path: Path) -> None:
 # -- explain --------------------------------------------------------------------------------
 
 
-def test_explain_sources_that_are_not_utf8_are_one_line(tmp_path: Path) -> None:
+def test_explain_sources_that_are_not_utf8_are_one_line(
+    tmp_path: Path, one_error_line: Callable[[Result], str]
+) -> None:
     binary = tmp_path / "bin.jsonl"
     binary.write_bytes(b"\xff\xfe\n")
     with pytest.raises(DataError, match=r"bin\.jsonl:1: not UTF-8"):
         load_sources(binary)
-    line = _one_error_line(
+    line = one_error_line(
         _invoke("explain", "-q", "x", "--sources", str(binary), "-p", "contains:P")
     )
     assert f"{binary}:1: not UTF-8" in line
@@ -109,12 +104,14 @@ def test_explain_sources_that_are_not_utf8_are_one_line(tmp_path: Path) -> None:
         load_sources(later)
 
 
-def test_explain_bad_source_line_names_the_file_and_line(tmp_path: Path) -> None:
+def test_explain_bad_source_line_names_the_file_and_line(
+    tmp_path: Path, one_error_line: Callable[[Result], str]
+) -> None:
     src = tmp_path / "s.jsonl"
     src.write_text('{"text": "one"}\n\n{"id": "b"}\n')
     with pytest.raises(DataError, match=r"s\.jsonl:3: source 2 must be an object"):
         load_sources(src)
-    line = _one_error_line(_invoke("explain", "-q", "x", "--sources", str(src), "-p", "contains:P"))
+    line = one_error_line(_invoke("explain", "-q", "x", "--sources", str(src), "-p", "contains:P"))
     assert f"{src}:3: source 2" in line
     dup = tmp_path / "dup.jsonl"
     dup.write_text('{"id": "x", "text": "1"}\n\n{"id": "x", "text": "2"}\n')
@@ -128,19 +125,23 @@ def test_explain_bad_source_line_names_the_file_and_line(tmp_path: Path) -> None
 # -- score and models: paths ---------------------------------------------------------------
 
 
-def test_score_file_without_queries_says_so(tmp_path: Path) -> None:
+def test_score_file_without_queries_says_so(
+    tmp_path: Path, one_error_line: Callable[[Result], str]
+) -> None:
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n  \n")
-    line = _one_error_line(_invoke("score", "--file", str(empty)))
+    line = one_error_line(_invoke("score", "--file", str(empty)))
     assert f"{empty} holds no queries" in line
     assert "give query TEXTS" not in line
     res = CliRunner().invoke(main, ["score", "--file", "-"], input="\n")
-    assert "standard input holds no queries" in _one_error_line(res)
+    assert "standard input holds no queries" in one_error_line(res)
 
 
-def test_score_missing_file_is_exit_2_in_one_line(tmp_path: Path) -> None:
+def test_score_missing_file_is_exit_2_in_one_line(
+    tmp_path: Path, one_error_line: Callable[[Result], str]
+) -> None:
     nope = tmp_path / "nope.txt"
-    line = _one_error_line(_invoke("score", "--file", str(nope)))
+    line = one_error_line(_invoke("score", "--file", str(nope)))
     assert str(nope) in line and "No such file" in line
 
 
@@ -154,11 +155,11 @@ def test_score_missing_file_is_exit_2_in_one_line(tmp_path: Path) -> None:
     ],
 )
 def test_read_only_commands_refuse_a_missing_store_dir(
-    tmp_path: Path, args: tuple[str, ...]
+    tmp_path: Path, args: tuple[str, ...], one_error_line: Callable[[Result], str]
 ) -> None:
     missing = tmp_path / "typo"
     args = tuple(str(tmp_path / "out") if a == "OUT" else a for a in args)
-    line = _one_error_line(_invoke(*args, "--store-dir", str(missing)))
+    line = one_error_line(_invoke(*args, "--store-dir", str(missing)))
     assert f"store directory {missing} does not exist" in line
     assert not missing.exists()
     assert not (tmp_path / "out").exists()
@@ -181,7 +182,9 @@ def test_writing_commands_still_create_the_store_dir(tmp_path: Path) -> None:
     assert DirectoryStore(store).versions("demo")
 
 
-def test_export_refuses_a_non_empty_directory_of_other_files(tmp_path: Path) -> None:
+def test_export_refuses_a_non_empty_directory_of_other_files(
+    tmp_path: Path, one_error_line: Callable[[Result], str]
+) -> None:
     store_dir = tmp_path / "store"
     store = DirectoryStore(store_dir)
     v0, v1 = store.put(_artifact(0)), store.put(_artifact(1))
@@ -190,7 +193,7 @@ def test_export_refuses_a_non_empty_directory_of_other_files(tmp_path: Path) -> 
     busy = tmp_path / "busy"
     busy.mkdir()
     (busy / "notes.txt").write_text("mine\n")
-    line = _one_error_line(_invoke("models", "export", "demo", v0, str(busy), *where))
+    line = one_error_line(_invoke("models", "export", "demo", v0, str(busy), *where))
     assert str(busy) in line and "not empty" in line
     assert sorted(p.name for p in busy.iterdir()) == ["notes.txt"]
 
@@ -202,6 +205,6 @@ def test_export_refuses_a_non_empty_directory_of_other_files(tmp_path: Path) -> 
         assert res.exit_code == 0, res.output
     # Another version over an export is refused: the old manifest stays.
     before = (empty / "manifest.json").read_bytes()
-    line = _one_error_line(_invoke("models", "export", "demo", v1, str(empty), *where))
+    line = one_error_line(_invoke("models", "export", "demo", v1, str(empty), *where))
     assert f"no export of demo/{v1}" in line
     assert (empty / "manifest.json").read_bytes() == before

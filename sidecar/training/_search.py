@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -535,10 +536,7 @@ def search(
         kept_row["picked"] = True
         val_auroc = kept.val_auroc
     if best_cand is None or best_model is None:
-        reasons: dict[str, int] = {}
-        for row in table:
-            why = str(row.get("skipped", "not ranked"))
-            reasons[why] = reasons.get(why, 0) + 1
+        reasons = Counter(str(row.get("skipped", "not ranked")) for row in table)
         summary = "; ".join(f"{why} ({n} of {len(table)})" for why, n in reasons.items())
         raise ConfigError(f"no candidate of {detector!r} could be fitted: {summary}")
     if calibration == "cross":

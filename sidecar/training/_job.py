@@ -17,6 +17,7 @@ comes from models fitted on the fit part only.
 
 from __future__ import annotations
 
+import functools
 import logging
 import resource
 import sys
@@ -182,8 +183,13 @@ def _validation_metrics(model: OODModel, splits: TrainingSplits) -> dict[str, An
     return out
 
 
+# Told how the near-duplicate comparison of a set of training queries goes:
+# (which set, "ID" or "OOD", rows done, rows).
+GroupingProgress = Callable[[str, int, int], None]
+
+
 def query_groups(
-    inputs: TrainInputs, cfg: TrainConfig
+    inputs: TrainInputs, cfg: TrainConfig, progress: GroupingProgress | None = None
 ) -> tuple[np.ndarray | None, np.ndarray | None]:
     """Group labels of the ID and OOD training queries (None: one group per query).
 
@@ -194,14 +200,15 @@ def query_groups(
     and the threshold would then refuse more in-domain traffic than its target.
     """
     out: list[np.ndarray | None] = []
-    for E, given in (
-        (inputs.id_queries, inputs.id_groups),
-        (inputs.ood_queries, inputs.ood_groups),
+    for kind, E, given in (
+        ("ID", inputs.id_queries, inputs.id_groups),
+        ("OOD", inputs.ood_queries, inputs.ood_groups),
     ):
         if E is None:
             out.append(None)
         elif cfg.group_near_duplicates:
-            out.append(near_duplicate_groups(E, given))
+            told = None if progress is None else functools.partial(progress, kind)
+            out.append(near_duplicate_groups(E, given, progress=told))
         else:  # carve_splits checks the labels against the rows
             out.append(None if given is None else np.asarray(given))
     return out[0], out[1]
@@ -225,7 +232,9 @@ class GroupedSplits:
     near_duplicates_grouped: bool
 
 
-def grouped_splits(inputs: TrainInputs, cfg: TrainConfig) -> GroupedSplits:
+def grouped_splits(
+    inputs: TrainInputs, cfg: TrainConfig, progress: GroupingProgress | None = None
+) -> GroupedSplits:
     """The seeded fit / validation / calibration cut (plus OOD calibration for 'balanced'),
     each group of training queries whole in one part.
 
@@ -233,7 +242,7 @@ def grouped_splits(inputs: TrainInputs, cfg: TrainConfig) -> GroupedSplits:
     two of them near copies) falls back to the given groups, with a warning, rather than
     failing; an error then means the given groups themselves are too large.
     """
-    id_groups, ood_groups = query_groups(inputs, cfg)
+    id_groups, ood_groups = query_groups(inputs, cfg, progress)
     joined = cfg.group_near_duplicates
 
     def carve(id_g: np.ndarray | None, ood_g: np.ndarray | None) -> TrainingSplits:
@@ -279,7 +288,8 @@ def train(
 ) -> TrainResult:
     """Search, fit and calibrate one model.
 
-    ``tick(step)`` is called as each step starts (``"split"``, then ``"search"``), and
+    ``tick(step)`` is called as each step starts (``"split"``, then ``"search"``; while
+    near-duplicates are grouped, ``"grouping ID queries 4,000/20,000"`` and so on), and
     ``fits`` is told about every model fit of the search.
     """
     step = tick or (lambda _s: None)
@@ -288,7 +298,9 @@ def train(
     if inputs.kb.ndim != 2 or inputs.kb.shape[1] != int(inputs.encoder["dim"]):
         raise DataError(f"KB embeddings of shape {inputs.kb.shape} do not match the encoder")
     step("split")
-    grouped = grouped_splits(inputs, cfg)
+    grouped = grouped_splits(
+        inputs, cfg, lambda kind, done, n: step(f"grouping {kind} queries {done:,}/{n:,}")
+    )
     splits = grouped.splits
     step("search")
     t1 = time.perf_counter()

@@ -11,7 +11,7 @@ unseen queries).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -84,6 +84,7 @@ def near_duplicate_groups(
     groups: Sequence[int] | np.ndarray | None = None,
     cos: float = NEAR_DUPLICATE_COS,
     max_share: float = MAX_GROUP_SHARE,
+    progress: Callable[[int, int], None] | None = None,
 ) -> np.ndarray:
     """Group labels, shape (n,), int64: ``groups`` (default: one per row) joined with
     near-duplicates, rows of ``E`` (n, dim) at cosine similarity >= ``cos``.
@@ -95,7 +96,7 @@ def near_duplicate_groups(
     smallest row index of its group. Memory stays bounded (64 MiB of similarities at a
     time, a few hundred MiB in all even where every row has hundreds of near-duplicates);
     time is quadratic in n (a few seconds for 10,000 rows of 384 dims, minutes for
-    100,000).
+    100,000), so ``progress(rows done, rows)`` is told as the comparison goes.
     """
     n = len(E)
     parent, size = np.arange(n), np.ones(n, dtype=np.int64)
@@ -126,7 +127,7 @@ def near_duplicate_groups(
     U, first_row, copy_of = np.unique(U, axis=0, return_index=True, return_inverse=True)
     for i, u in enumerate(copy_of.ravel().tolist()):
         join(i, int(first_row[u]), math.inf)
-    pairs = _near_pairs(U, cos)
+    pairs = _near_pairs(U, cos, progress)
     if len(pairs[0]):
         cap = max(2.0, max_share * n)
         for t in np.argsort(-pairs[2], kind="stable").tolist():
@@ -134,12 +135,15 @@ def near_duplicate_groups(
     return np.fromiter((root(i) for i in range(n)), dtype=np.int64, count=n)
 
 
-def _near_pairs(U: np.ndarray, cos: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _near_pairs(
+    U: np.ndarray, cos: float, progress: Callable[[int, int], None] | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(row, other row, similarity) for each row's up to 32 most similar rows at >= cos,
     by row, the most similar first.
 
     A row with more than 32 such rows (a dense topic) takes its 32 most similar by partial
     sort, so the pairs of a block never outnumber 32 per row, however dense the data.
+    ``progress(rows done, rows)`` is called after each block of rows.
     """
     n = len(U)
     block = max(1, min(n, _BLOCK_ENTRIES // n))
@@ -160,6 +164,8 @@ def _near_pairs(U: np.ndarray, cos: float) -> tuple[np.ndarray, np.ndarray, np.n
         out_i.append(r[order] + lo)
         out_j.append(c[order])
         out_s.append(sim[order])
+        if progress is not None:
+            progress(min(lo + block, n), n)
     return np.concatenate(out_i), np.concatenate(out_j), np.concatenate(out_s)
 
 

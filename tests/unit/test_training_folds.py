@@ -34,8 +34,10 @@ def test_near_duplicates_found_across_similarity_blocks(monkeypatch: pytest.Monk
     E, truth = E[order], truth[order]
     whole = near_duplicate_groups(E)
     monkeypatch.setattr(splits_mod, "_BLOCK_ENTRIES", 7 * len(E))  # blocks of 7 rows
-    blocked = near_duplicate_groups(E)
+    told: list[tuple[int, int]] = []
+    blocked = near_duplicate_groups(E, progress=lambda done, n: told.append((done, n)))
     assert np.array_equal(whole, blocked)
+    assert told == [(min(d, len(E)), len(E)) for d in range(7, len(E) + 7, 7)]  # per block
     # exactly the planted groups: every copy with its head's other copies, nothing else
     for g in np.unique(truth):
         assert len(np.unique(blocked[truth == g])) == 1

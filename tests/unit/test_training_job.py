@@ -220,3 +220,10 @@ def test_stats_count_the_training_queries_the_capped_split_parts_leave_out() -> 
     res = train(replace(inputs, ood_queries=many), TrainConfig(m=4, group_near_duplicates=False))
     assert res.stats["n_ood_queries"] == 11_000 and res.stats["n_ood_used"] == 6000
     assert res.stats["n_id_used"] == res.stats["n_id_queries"] == 80
+
+
+def test_train_names_its_steps_and_the_grouping_as_it_goes() -> None:
+    steps: list[str] = []
+    train(_inputs(), TrainConfig(m=4), tick=steps.append)
+    assert steps[0] == "split" and steps[-1] == "search"
+    assert "grouping ID queries 80/80" in steps and "grouping OOD queries 80/80" in steps

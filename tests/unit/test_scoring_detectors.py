@@ -316,7 +316,7 @@ def test_brute_force_nearest_matches_the_kd_tree_in_every_chunk() -> None:
     np.testing.assert_allclose(got, exact, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("leaf", [7, 256])
+@pytest.mark.parametrize("leaf", [7, 8, 20, 256])  # blocks below, at and above 8 lanes
 def test_linf_scan_matches_the_kd_tree_with_and_without_a_bound(leaf: int) -> None:
     from scipy.spatial import cKDTree
 

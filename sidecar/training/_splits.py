@@ -127,7 +127,12 @@ def near_duplicate_groups(
     U, first_row, copy_of = np.unique(U, axis=0, return_index=True, return_inverse=True)
     for i, u in enumerate(copy_of.ravel().tolist()):
         join(i, int(first_row[u]), math.inf)
-    pairs = _near_pairs(U, cos, progress)
+
+    def told(done: int, total: int) -> None:  # distinct rows compared, as a share of all n
+        if progress is not None:
+            progress(n if done == total else done * n // total, n)
+
+    pairs = _near_pairs(U, cos, told)
     if len(pairs[0]):
         cap = max(2.0, max_share * n)
         for t in np.argsort(-pairs[2], kind="stable").tolist():

@@ -79,8 +79,10 @@ def test_a_dense_topic_of_near_duplicates_stops_at_the_group_cap() -> None:
 def test_identical_rows_are_one_group_and_their_neighbours_still_join() -> None:
     E, truth = _planted(10, 20, seed=8)
     E[truth == 0] = E[truth == 0][0]  # 20 exact copies: ties for every neighbour slot
-    g = near_duplicate_groups(E)  # cap 10 rows: the copies are joined anyway
-    assert len(np.unique(g[truth == 0])) == 1
+    told: list[tuple[int, int]] = []
+    g = near_duplicate_groups(E, progress=lambda *a: told.append(a))  # cap 10 rows: the
+    assert len(np.unique(g[truth == 0])) == 1  # copies are joined anyway
+    assert told[-1] == (200, 200)  # every row, copies included (181 distinct compared)
     _, sizes = np.unique(g[truth != 0], return_counts=True)
     assert sizes.min() >= 5  # near copies join up to the cap, none left alone
     assert g.dtype == np.int64 and near_duplicate_groups(np.zeros((0, 4))).dtype == np.int64

@@ -9,6 +9,7 @@ median over repeated timed runs; ratios are taken within one run.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -22,6 +23,7 @@ import click
 import numpy as np
 
 from sidecar.cli._root import bench
+from sidecar.scoring._linf import SCANS, choose_scan
 
 _DIM = 384
 
@@ -80,6 +82,30 @@ def _synthetic(n_kb: int, n_id: int, n_ood: int, n_test: int, seed: int) -> dict
     }
 
 
+def _cpu() -> dict[str, Any]:
+    """The CPU's model name and widest vector extension, where /proc/cpuinfo tells, and
+    the CPU LLVM compiles for (the compiled L-inf scans' speed turns on them)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {}
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            break  # the first CPU's block is enough
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
+    flags = set(fields.get("flags", "").split())
+    vector = next((f for f in ("avx512f", "avx2", "sse4_2") if f in flags), None)
+    import llvmlite.binding
+
+    return {
+        "cpu_model": fields.get("model name") or None,
+        "vector_isa": vector,
+        "llvm_cpu": llvmlite.binding.get_host_cpu_name(),  # what numba compiles for
+    }
+
+
 def _machine() -> dict[str, Any]:
     import scipy
     import sklearn
@@ -88,6 +114,7 @@ def _machine() -> dict[str, Any]:
     return {
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
+        **_cpu(),
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
         "numpy": np.__version__,
@@ -216,16 +243,23 @@ def _kdtree_references(
         def tree(X: np.ndarray, det: Any = det, bound: float = bound) -> Any:
             return det._tree_id.query(X, k=1, p=np.inf, distance_upper_bound=bound)
 
-        def scan(X: np.ndarray, det: Any = det, bound: float = bound) -> Any:
-            return det._brute_id.nearest(X, bound)
+        def scan(X: np.ndarray, det: Any = det, bound: float = bound, name: Any = None) -> Any:
+            return det._brute_id.nearest(X, bound, scan=name)
 
         t_tree = _us_per_query(tree, Q, repeats, min_time)
         t_scan = _us_per_query(scan, Q, repeats, min_time)
+        each = {
+            name: _us_per_query(functools.partial(scan, name=name), Q, repeats, min_time)
+            for name in SCANS
+        }
         out[f"{kind}_nearest_id"] = {
             "kdtree_us_per_query_batch256": t_tree,
             "scan_us_per_query_batch256": t_scan,
             "speedup": t_tree / t_scan if t_scan else None,
             "n_id_points": len(det.id_points_),
+            # The scan auto chose on this CPU, and each scan forced, in the same run.
+            "scan": choose_scan(Q.shape[1]),
+            **{f"scan_{name}_us_per_query_batch256": t for name, t in each.items()},
         }
     return out
 

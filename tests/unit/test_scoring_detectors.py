@@ -316,8 +316,9 @@ def test_brute_force_nearest_matches_the_kd_tree_in_every_chunk() -> None:
     np.testing.assert_allclose(got, exact, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("scan_name", ["rows", "lanes", "auto"])
 @pytest.mark.parametrize("leaf", [7, 8, 20, 256])  # blocks below, at and above 8 lanes
-def test_linf_scan_matches_the_kd_tree_with_and_without_a_bound(leaf: int) -> None:
+def test_linf_scan_matches_the_kd_tree_with_and_without_a_bound(leaf: int, scan_name: str) -> None:
     from scipy.spatial import cKDTree
 
     from sidecar.scoring._linf import BruteLinf
@@ -326,7 +327,7 @@ def test_linf_scan_matches_the_kd_tree_with_and_without_a_bound(leaf: int) -> No
     P = rng.normal(size=(600, M)) * np.r_[3.0, 1.0, 0.5, 0.2]
     Q = rng.normal(size=(50, M)) * 4.0
     exact, _ = cKDTree(P).query(Q, k=1, p=np.inf)
-    scan = BruteLinf(P, leaf=leaf)  # leaf 7: ~128 blocks, most of them pruned
+    scan = BruteLinf(P, leaf=leaf, scan=scan_name)  # leaf 7: ~128 blocks, most pruned
     np.testing.assert_allclose(scan.nearest(Q, np.inf), exact, rtol=1e-5, atol=1e-5)
     bound = float(np.median(exact))
     got = scan.nearest(Q, bound)
@@ -336,6 +337,22 @@ def test_linf_scan_matches_the_kd_tree_with_and_without_a_bound(leaf: int) -> No
         BruteLinf(np.zeros((0, M)))
     with pytest.raises(ValueError, match="columns"):
         scan.nearest(np.zeros((1, M + 1)), 1.0)
+    with pytest.raises(ValueError, match="unknown L-inf scan 'fast'"):
+        BruteLinf(P, scan="fast")
+
+
+def test_linf_scans_agree_bit_for_bit_and_auto_keeps_one_choice_per_m() -> None:
+    from sidecar.scoring import _linf
+
+    rng = np.random.default_rng(13)
+    P, Q = rng.normal(size=(1000, 13)), rng.normal(size=(40, 13)) * 2.0
+    scan = _linf.BruteLinf(P)
+    rows, lanes = scan.nearest(Q, 1.5, scan="rows"), scan.nearest(Q, 1.5, scan="lanes")
+    np.testing.assert_array_equal(rows, lanes)  # max and min are exact in any order
+    chosen = _linf.choose_scan(13)
+    assert chosen in _linf.SCANS
+    assert _linf._CHOSEN[13] == chosen
+    np.testing.assert_array_equal(scan.nearest(Q, 1.5), rows)
 
 
 def test_linf_kernel_compiles_without_a_writable_numba_cache(tmp_path: Any) -> None:

@@ -148,14 +148,9 @@ def train_command(**opts: Any) -> None:
 
     from model_store import save_dir
     from sidecar.settings import load_settings
-    from sidecar.training._job import (
-        TrainConfig,
-        build_report,
-        check_config,
-        parse_m_range,
-        train,
-    )
+    from sidecar.training._job import TrainConfig, check_config, parse_m_range, train
     from sidecar.training._train_inputs import load_inputs
+    from sidecar.training._train_report import build_report
 
     overrides: dict[str, Any] = {}
     if opts["encoder"]:

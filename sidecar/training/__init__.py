@@ -11,10 +11,11 @@ from sidecar.training._datasets import (
     load_stackexchange,
 )
 from sidecar.training._evaluate import DETECTORS, evaluate_benchmark, evaluate_task
+from sidecar.training._fitting import FitProgress
 from sidecar.training._grid import Candidate, default_grid
 from sidecar.training._jsonl import KBDocument, read_kb, read_queries
 from sidecar.training._metrics import auroc, balanced_accuracy, fpr_at_tpr, paper_accuracy
-from sidecar.training._search import FitProgress, SearchResult, search
+from sidecar.training._search import SearchResult, search
 from sidecar.training._splits import TrainingSplits, carve_splits
 
 __all__ = [

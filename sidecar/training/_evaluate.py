@@ -20,6 +20,7 @@ import numpy as np
 from sidecar.errors import ConfigError
 from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel
 from sidecar.training._datasets import KBTask
+from sidecar.training._fitting import fixed_fit
 from sidecar.training._grid import Candidate
 from sidecar.training._metrics import (
     METRIC_KEYS,
@@ -28,7 +29,7 @@ from sidecar.training._metrics import (
     fpr_at_tpr,
     paper_accuracy,
 )
-from sidecar.training._search import fixed_fit, resolve_calibration, search
+from sidecar.training._search import resolve_calibration, search
 from sidecar.training._splits import (
     NEAR_DUPLICATE_COS,
     OOD_CAL_FRACTION,

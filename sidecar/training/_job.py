@@ -24,7 +24,6 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,10 +31,10 @@ import numpy as np
 from sidecar.errors import ConfigError, DataError
 from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel, detector_kinds
 from sidecar.scoring._linear import CombinedDetector
-from sidecar.training._grid import MAX_DIMS, Candidate, default_grid
+from sidecar.training._fitting import FitProgress
+from sidecar.training._grid import Candidate, default_grid
 from sidecar.training._metrics import auroc, balanced_accuracy, fpr_at_tpr, paper_accuracy
-from sidecar.training._report import ReportData, pc_loadings, write_report
-from sidecar.training._search import FitProgress, SearchResult, fixed_fit, search
+from sidecar.training._search import SearchResult, search
 from sidecar.training._splits import (
     OOD_CAL_FRACTION,
     TrainingSplits,
@@ -44,17 +43,6 @@ from sidecar.training._splits import (
 )
 
 log = logging.getLogger(__name__)
-
-REPORT_DETECTORS = (
-    "epsilon_ball",
-    "logreg",
-    "residual",
-    "combined",
-    "max_cosine",
-    "mahalanobis",
-    "knn",
-)
-M_CURVE = (4, 8, 13, 20, 28)
 
 
 @dataclass
@@ -344,172 +332,3 @@ def train(
         **{k: v for k, v in validation.items()}, val_auroc_search=res.val_auroc
     )
     return TrainResult(model, res, stats, validation, splits)
-
-
-def build_report(
-    inputs: TrainInputs,
-    cfg: TrainConfig,
-    result: TrainResult,
-    out_dir: str | Path,
-    extra_summary: dict[str, Any] | None = None,
-) -> Path:
-    """ROC of each detector and baseline, histograms, accuracy vs m, PC loadings."""
-    data = report_data(inputs, cfg, result, extra_summary)
-    return write_report(data, out_dir, m_metric="balanced-sample accuracy (validation)")
-
-
-def report_data(
-    inputs: TrainInputs,
-    cfg: TrainConfig,
-    result: TrainResult,
-    extra_summary: dict[str, Any] | None = None,
-) -> ReportData:
-    """What :func:`build_report` shows; every validation figure from fit-only models."""
-    model = result.model
-    splits = result.splits if result.splits is not None else _splits(inputs, cfg)
-    notes: list[str] = []
-    roc: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    curve: dict[str, list[tuple[int, float]]] = {}
-    has_val_ood = splits.has_ood and splits.ood_val is not None
-    if has_val_ood:
-        assert splits.ood_val is not None
-        for det in REPORT_DETECTORS:
-            if det == model.detector_name:
-                continue
-            try:
-                cand = default_grid(det)[0]
-                other = fixed_fit(
-                    splits,
-                    replace(cand, m=min(cand.m, model.m or cand.m)),
-                    kb_name=inputs.kb_name,
-                    encoder=inputs.encoder,
-                    criterion=model.criterion,  # the shipped model's (resolved under auto)
-                    seed=cfg.seed,
-                    target_frr=cfg.target_frr,
-                    pca_method=cfg.pca_method,
-                    final=False,
-                )
-            except (ConfigError, DataError) as exc:
-                notes.append(f"{det} not shown: {exc}")
-                continue
-            roc[det] = (other.score(splits.id_val), other.score(splits.ood_val))
-        # The shipped model was refitted on the validation split too: show fit-only scores.
-        if result.search.val_scores is not None:
-            roc[f"{model.detector_name} (shipped)"] = result.search.val_scores
-        best = result.search.best
-        extra = model.dims - model.m
-        for crit in ("evr", "pvalue"):
-            pts = []
-            for m in M_CURVE:
-                if m + extra > MAX_DIMS or m >= len(inputs.kb):
-                    continue
-                try:
-                    mm = fixed_fit(
-                        splits,
-                        replace(best, m=m),
-                        kb_name=inputs.kb_name,
-                        encoder=inputs.encoder,
-                        criterion=crit,
-                        seed=cfg.seed,
-                        target_frr=cfg.target_frr,
-                        pca_method=cfg.pca_method,
-                        final=False,
-                    )
-                except (ConfigError, DataError):
-                    continue
-                pts.append(
-                    (
-                        m,
-                        paper_accuracy(
-                            mm.score(splits.id_val), mm.score(splits.ood_val), mm.threshold
-                        ),
-                    )
-                )
-            curve[crit] = pts
-        notes.append(
-            "Accuracy against m is on a balanced validation sample at each model's "
-            "calibrated threshold; the other detectors use default parameters."
-        )
-    else:
-        notes.append("No OOD training queries: ROC curves and accuracy against m need them.")
-    notes.append(
-        "Validation figures (val_* metrics, ROC curves, histograms, accuracy against m) "
-        "come from models fitted without the validation split, each at its own threshold; "
-        "the shipped model is refitted on the validation split too (and, cross-calibrated, "
-        "on the calibration part), with its own threshold."
-    )
-    val_model = result.search.val_model
-    if result.search.val_scores is not None:
-        s_id, s_ood = result.search.val_scores
-    else:
-        s_id, s_ood = val_model.score(splits.id_val), np.zeros(0)
-    pcs = []
-    if model.m and model.explained_variance_ratio is not None:
-        ids = inputs.kb_ids or [str(i) for i in range(len(inputs.kb))]
-        texts = inputs.kb_texts or [""] * len(inputs.kb)
-        n_show = min(len(inputs.kb), 2000)  # loadings table: a bounded sample of big KBs
-        idx = np.random.default_rng(cfg.seed).permutation(len(inputs.kb))[:n_show]
-        proj = (inputs.kb[idx] - model.mean) @ np.asarray(model.components).T
-        pcs = pc_loadings(
-            proj,
-            [ids[i] for i in idx],
-            [texts[i] for i in idx],
-            list(model.selected_pcs),
-            np.asarray(model.explained_variance_ratio),
-        )
-    summary = {
-        "kb": inputs.kb_name,
-        "encoder": inputs.encoder["name"],
-        "detector": model.detector_name,
-        "criterion": model.criterion,
-        "m": model.m,
-        "dims": model.dims,
-        "selected_pcs": [int(p) for p in model.selected_pcs],
-        "threshold": model.threshold,
-        "target_frr": cfg.target_frr,
-        "threshold_rule": cfg.threshold_rule,
-        "calibration": model.metrics.get("calibration", "split"),
-        "params": result.search.best.describe(),
-        **result.validation,
-        **result.stats,
-        **(extra_summary or {}),
-    }
-    return ReportData(
-        f"OOD model for KB '{inputs.kb_name}'",
-        summary,
-        roc,
-        (model.detector_name, s_id, s_ood, val_model.threshold),
-        curve,
-        pcs,
-        notes,
-        list(result.search.table),
-    )
-
-
-def load_npy(path: str | Path, what: str) -> np.ndarray:
-    """A 2-D float array from ``.npy`` (never pickled objects)."""
-    p = Path(path)
-    if p.is_dir():
-        raise DataError(f"{what}: {p} is a directory, not a .npy file")
-    if not p.is_file():
-        raise DataError(f"{what} file not found: {p}")
-    with p.open("rb") as f:
-        magic = f.read(6)
-    if magic != b"\x93NUMPY":  # numpy would call it pickled data (never unpickled here)
-        raise DataError(f"{p}: not a .npy array (no .npy header)")
-    try:
-        arr = np.load(p, allow_pickle=False, mmap_mode="r")
-    except (ValueError, OSError, EOFError) as exc:
-        raise DataError(f"{p}: not a .npy array ({exc or 'truncated'})") from exc
-    if arr.ndim != 2 or arr.dtype.kind != "f":
-        raise DataError(f"{p}: {what} must be a 2-D float array, got {arr.dtype} {arr.shape}")
-    out = np.ascontiguousarray(arr, dtype=np.float32)
-    for bad, why in (
-        (~np.isfinite(out).all(axis=1), "with NaN or infinite values"),
-        (~out.any(axis=1), "of zeros (no encoder gives those)"),
-    ):
-        if bad.any():
-            raise DataError(
-                f"{p}: {what} has {int(bad.sum())} rows {why} (first: row {int(np.argmax(bad))})"
-            )
-    return out

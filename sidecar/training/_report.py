@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from sidecar.training._search import MAX_FINALISTS
+from sidecar.training._cross import MAX_FINALISTS
 
 log = logging.getLogger(__name__)
 

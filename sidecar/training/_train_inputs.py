@@ -17,7 +17,7 @@ import numpy as np
 
 from sidecar.errors import ConfigError, DataError
 from sidecar.settings import Settings
-from sidecar.training._job import TrainInputs, load_npy
+from sidecar.training._job import TrainInputs
 from sidecar.training._jsonl import (
     DEMO_ID_QUERIES,
     DEMO_KB,
@@ -120,3 +120,32 @@ def demo_inputs_paths() -> dict[str, Path]:
         "id": demo_path(DEMO_ID_QUERIES),
         "ood": demo_path(DEMO_OOD_QUERIES),
     }
+
+
+def load_npy(path: str | Path, what: str) -> np.ndarray:
+    """A 2-D float array from ``.npy`` (never pickled objects)."""
+    p = Path(path)
+    if p.is_dir():
+        raise DataError(f"{what}: {p} is a directory, not a .npy file")
+    if not p.is_file():
+        raise DataError(f"{what} file not found: {p}")
+    with p.open("rb") as f:
+        magic = f.read(6)
+    if magic != b"\x93NUMPY":  # numpy would call it pickled data (never unpickled here)
+        raise DataError(f"{p}: not a .npy array (no .npy header)")
+    try:
+        arr = np.load(p, allow_pickle=False, mmap_mode="r")
+    except (ValueError, OSError, EOFError) as exc:
+        raise DataError(f"{p}: not a .npy array ({exc or 'truncated'})") from exc
+    if arr.ndim != 2 or arr.dtype.kind != "f":
+        raise DataError(f"{p}: {what} must be a 2-D float array, got {arr.dtype} {arr.shape}")
+    out = np.ascontiguousarray(arr, dtype=np.float32)
+    for bad, why in (
+        (~np.isfinite(out).all(axis=1), "with NaN or infinite values"),
+        (~out.any(axis=1), "of zeros (no encoder gives those)"),
+    ):
+        if bad.any():
+            raise DataError(
+                f"{p}: {what} has {int(bad.sum())} rows {why} (first: row {int(np.argmax(bad))})"
+            )
+    return out

@@ -27,8 +27,8 @@ import numpy as np
 import sidecar.scoring._fit as fit_module
 from sidecar.scoring._subspace import KBSubspace, select_pvalue
 from sidecar.training._evaluate import PROTOCOL_CANDIDATES
+from sidecar.training._fitting import fixed_fit
 from sidecar.training._metrics import auroc, paper_accuracy
-from sidecar.training._search import fixed_fit
 from sidecar.training._splits import carve_splits
 from sidecar.training._targets import PAPER_DETECTORS
 

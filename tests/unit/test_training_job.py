@@ -10,18 +10,18 @@ import pytest
 
 from sidecar.errors import DataError
 from sidecar.scoring import OODModel
+from sidecar.training._fitting import fixed_fit
 from sidecar.training._grid import Candidate, default_grid
 from sidecar.training._job import (
     TrainConfig,
     TrainInputs,
     _splits,
     grouped_splits,
-    report_data,
     train,
 )
 from sidecar.training._metrics import auroc, balanced_accuracy, paper_accuracy
 from sidecar.training._report import write_report
-from sidecar.training._search import fixed_fit
+from sidecar.training._train_report import report_data
 
 DIM = 16
 

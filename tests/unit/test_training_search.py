@@ -418,7 +418,7 @@ def test_shortlist_orders_the_candidates_validation_cannot_tell_apart() -> None:
 
 
 def test_cross_calibrated_search_keeps_the_best_finalist_out_of_fold() -> None:
-    from sidecar.training._search import _out_of_fold
+    from sidecar.training._cross import out_of_fold
 
     embed = _overlapping_embed(0.5)
     t = _task()
@@ -438,7 +438,7 @@ def test_cross_calibrated_search_keeps_the_best_finalist_out_of_fold() -> None:
     )
     # the shipped model's threshold and figures are the kept finalist's out-of-fold ones
     how = dict(kb_name="t", encoder=enc, criterion="pvalue", seed=0, target_frr=0.01)
-    oof = _out_of_fold(s, res.best, pca_method="auto", **how)
+    oof = out_of_fold(s, res.best, pca_method="auto", **how)
     figures = oof.at_threshold(0.01)
     assert figures is not None
     assert res.model.metrics["oof_ood_accept_rate"] == pytest.approx(figures["oof_ood_accept_rate"])
@@ -452,7 +452,7 @@ def test_cross_calibrated_search_keeps_the_best_finalist_out_of_fold() -> None:
 
 
 def test_out_of_fold_keeps_ood_groups_whole_and_skips_too_few(monkeypatch) -> None:
-    import sidecar.training._search as search_module
+    import sidecar.training._cross as cross_module
 
     rng = np.random.default_rng(0)
     kb = rng.normal(size=(40, 6)).astype(np.float32)
@@ -464,16 +464,16 @@ def test_out_of_fold_keeps_ood_groups_whole_and_skips_too_few(monkeypatch) -> No
     rows = np.concatenate([s.ood_fit[:, 0], s.ood_val[:, 0]]).astype(int)
     np.testing.assert_array_equal(s.ood_groups, groups[rows])
     seen: list[set[int]] = []
-    real = search_module._fit
+    real = cross_module.fit_candidate
 
     def spy(part, cand, **kw):
         if part.ood_fit is not None:
             seen.append(set(groups[part.ood_fit[:, 0].astype(int)].tolist()))
         return real(part, cand, **kw)
 
-    monkeypatch.setattr(search_module, "_fit", spy)
+    monkeypatch.setattr(cross_module, "fit_candidate", spy)
     how = dict(kb_name="t", encoder={"name": "fake", "dim": 6}, criterion="pvalue", seed=0)
-    oof = search_module._out_of_fold(s, Candidate("logreg", 2), target_frr=0.01, **how)
+    oof = cross_module.out_of_fold(s, Candidate("logreg", 2), target_frr=0.01, **how)
     assert oof.ood_scores is not None and np.isfinite(oof.ood_scores).all()
     assert len(seen) == oof.folds == 5
     all_groups = set(s.ood_groups.tolist())
@@ -482,24 +482,24 @@ def test_out_of_fold_keeps_ood_groups_whole_and_skips_too_few(monkeypatch) -> No
     assert sorted(g for h in held for g in h) == sorted(all_groups)
     # OOD queries in fewer groups than folds are not folded: no out-of-fold OOD scores
     few = carve_splits(kb, ids, ood, seed=0, ood_groups=np.arange(80) // 20)
-    oof_few = search_module._out_of_fold(few, Candidate("logreg", 2), target_frr=0.01, **how)
+    oof_few = cross_module.out_of_fold(few, Candidate("logreg", 2), target_frr=0.01, **how)
     assert oof_few.ood_scores is None and oof_few.at_threshold(0.01) is None
 
 
 def test_out_of_fold_ties_go_to_the_finalist_validation_prefers(monkeypatch) -> None:
-    import sidecar.training._search as search_module
-    from sidecar.training._search import OutOfFold, _decide_out_of_fold
+    import sidecar.training._cross as cross_module
+    from sidecar.training._cross import OutOfFold, decide_out_of_fold
 
     # two candidates with the same out-of-fold figures: same ID and OOD scores for both
     ids, oods = np.linspace(0.0, 1.0, 200), np.linspace(0.9, 2.0, 100)
     monkeypatch.setattr(
-        search_module, "_out_of_fold", lambda splits, cand, **kw: OutOfFold(ids, oods, 5)
+        cross_module, "out_of_fold", lambda splits, cand, **kw: OutOfFold(ids, oods, 5)
     )
     rows: list[dict] = [{}, {}, {}]
     finalists = [(7, rows[0], Candidate("logreg", 2)), (3, rows[1], Candidate("logreg", 4))]
     rng = np.random.default_rng(0)
     s = carve_splits(rng.normal(size=(20, 4)), rng.normal(size=(40, 4)), rng.normal(size=(40, 4)))
-    pos, oof = _decide_out_of_fold(s, finalists, {"target_frr": 0.05})
+    pos, oof = decide_out_of_fold(s, finalists, {"target_frr": 0.05})
     assert pos == 7 and oof is not None  # the first of the tied finalists
     assert rows[0]["oof_balanced_accuracy"] == rows[1]["oof_balanced_accuracy"]
     # 5% target over 200 ID scores: 9 refused (the conformal rank), FRR > 0 counted
@@ -507,8 +507,8 @@ def test_out_of_fold_ties_go_to_the_finalist_validation_prefers(monkeypatch) -> 
     assert rows[0]["oof_ood_accept_rate"] == pytest.approx(np.mean(oods <= ids[-10]))
     better = OutOfFold(ids, oods + 1.0, 5)  # the second finalist lets no OOD through
     calls = iter([OutOfFold(ids, oods, 5), better])
-    monkeypatch.setattr(search_module, "_out_of_fold", lambda splits, cand, **kw: next(calls))
-    pos, oof = _decide_out_of_fold(s, finalists, {"target_frr": 0.05})
+    monkeypatch.setattr(cross_module, "out_of_fold", lambda splits, cand, **kw: next(calls))
+    pos, oof = decide_out_of_fold(s, finalists, {"target_frr": 0.05})
     assert pos == 3 and oof is better
     # the first finalist cannot be folded and the OOD queries are not folded at all (no
     # out-of-fold OOD scores): the second is kept with its scores, not the first rescored
@@ -519,8 +519,8 @@ def test_out_of_fold_ties_go_to_the_finalist_validation_prefers(monkeypatch) -> 
             raise DataError("too few OOD queries left in a fold")
         return unfolded
 
-    monkeypatch.setattr(search_module, "_out_of_fold", first_fails)
-    pos, oof = _decide_out_of_fold(s, finalists, {"target_frr": 0.05})
+    monkeypatch.setattr(cross_module, "out_of_fold", first_fails)
+    pos, oof = decide_out_of_fold(s, finalists, {"target_frr": 0.05})
     assert pos == 3 and oof is unfolded
     assert "finalist" not in rows[0] and "oof_skipped" not in rows[0]
 
@@ -583,16 +583,16 @@ class _CountingProgress:
     ("calibration", "criterion"), [("cross", "pvalue"), ("split", "pvalue"), ("cross", "auto")]
 )
 def test_search_progress_counts_every_model_fit(monkeypatch, calibration, criterion) -> None:
-    import sidecar.training._search as search_module
+    import sidecar.training._fitting as fitting_module
 
     calls = []
-    real_fit = search_module.fit_ood_model
+    real_fit = fitting_module.fit_ood_model
 
     def counted(**kw):
         calls.append(kw["detector"])
         return real_fit(**kw)
 
-    monkeypatch.setattr(search_module, "fit_ood_model", counted)
+    monkeypatch.setattr(fitting_module, "fit_ood_model", counted)
     embed = _overlapping_embed(0.5)
     t = _task()
     s = carve_splits(embed(t.kb_texts), embed(t.id_train), embed(t.ood_train), seed=0)

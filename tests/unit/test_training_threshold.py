@@ -9,8 +9,8 @@ from model_store import decode, encode
 from sidecar.errors import ConfigError
 from sidecar.scoring import OODModel, fit_ood_model
 from sidecar.training import carve_splits, search
+from sidecar.training._fitting import balanced_threshold
 from sidecar.training._grid import Candidate
-from sidecar.training._search import balanced_threshold
 
 D = 16
 ENC = {"name": "fake-encoder", "dim": D}

@@ -4,8 +4,10 @@
 from sidecar.cli import (  # noqa: F401  (imported for registration)
     _bench_detectors,
     _bench_e2e,
+    _bench_recalibration,
     _bench_rules,
     _bench_swap,
+    _calibrate,
     _demo,
     _eval,
     _explain,

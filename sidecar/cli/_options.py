@@ -1,4 +1,5 @@
-"""Options that ``sidecar train`` and ``sidecar eval`` share, defined once.
+"""Options that ``sidecar train``, ``eval`` and ``calibrate`` share, defined once, and the
+checks of their output paths.
 
 Each is a click decorator; the defaults stay literal so that ``--help`` does not import the
 scoring stack (a unit test pins ``--target-frr`` to ``sidecar.scoring.DEFAULT_TARGET_FRR``).
@@ -6,6 +7,7 @@ scoring stack (a unit test pins ``--target-frr`` to ``sidecar.scoring.DEFAULT_TA
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -81,3 +83,37 @@ blas_threads_option = click.option(
 )
 
 no_progress_option = click.option("--no-progress", is_flag=True, help="Hide progress bars.")
+
+
+def check_output_dir(path: Path, option: str) -> None:
+    """Raise ConfigError unless ``path`` is, or can be created as, a writable directory.
+
+    Nothing is created, so a run that fails later on its inputs leaves no empty folder.
+    """
+    from sidecar.errors import ConfigError
+
+    if path.exists():
+        if not path.is_dir():
+            raise ConfigError(f"{option} {path} exists and is not a directory")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise ConfigError(f"{option} {path} is not writable")
+        return
+    ancestor = path.absolute().parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ConfigError(f"{option} {path} cannot be created: {ancestor} is not a directory")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ConfigError(f"{option} {path} cannot be created: {ancestor} is not writable")
+
+
+def check_output_file(path: Path, option: str) -> None:
+    """Raise ConfigError unless ``path`` can be written as a file (its folder may be made)."""
+    from sidecar.errors import ConfigError
+
+    if path.is_dir():
+        raise ConfigError(f"{option} {path} is a directory, not a file")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ConfigError(f"{option} {path} is not writable")
+    if not path.exists():
+        check_output_dir(path.absolute().parent, option)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,8 @@ from sidecar.cli._options import (
     blas_threads_option,
     cache_dir_option,
     calibration_option,
+    check_output_dir,
+    check_output_file,
     criterion_option,
     encoder_option,
     no_progress_option,
@@ -133,11 +134,11 @@ def train_command(**opts: Any) -> None:
     """
     # Where the results go is checked first: training can take minutes, and finding out
     # only at save time that OUT is a file throws all of that away.
-    _check_output_dir(opts["out"], "--out")
+    check_output_dir(opts["out"], "--out")
     if not opts["no_report"]:
-        _check_output_dir(opts["report_dir"] or opts["out"] / "report", "--report")
+        check_output_dir(opts["report_dir"] or opts["out"] / "report", "--report")
     if opts["stats_json"]:
-        _check_output_file(opts["stats_json"], "--stats-json")
+        check_output_file(opts["stats_json"], "--stats-json")
     if opts["kb_name"] is not None:
         from model_store import check_kb
 
@@ -243,40 +244,6 @@ def train_command(**opts: Any) -> None:
         )
     if opts["publish"]:
         _publish(artifact, settings, promote=not opts["no_promote"])
-
-
-def _check_output_dir(path: Path, option: str) -> None:
-    """Raise ConfigError unless ``path`` is, or can be created as, a writable directory.
-
-    Nothing is created, so a run that fails later on its inputs leaves no empty folder.
-    """
-    from sidecar.errors import ConfigError
-
-    if path.exists():
-        if not path.is_dir():
-            raise ConfigError(f"{option} {path} exists and is not a directory")
-        if not os.access(path, os.W_OK | os.X_OK):
-            raise ConfigError(f"{option} {path} is not writable")
-        return
-    ancestor = path.absolute().parent
-    while not ancestor.exists() and ancestor != ancestor.parent:
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise ConfigError(f"{option} {path} cannot be created: {ancestor} is not a directory")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise ConfigError(f"{option} {path} cannot be created: {ancestor} is not writable")
-
-
-def _check_output_file(path: Path, option: str) -> None:
-    """Raise ConfigError unless ``path`` can be written as a file (its folder may be made)."""
-    from sidecar.errors import ConfigError
-
-    if path.is_dir():
-        raise ConfigError(f"{option} {path} is a directory, not a file")
-    if path.exists() and not os.access(path, os.W_OK):
-        raise ConfigError(f"{option} {path} is not writable")
-    if not path.exists():
-        _check_output_dir(path.absolute().parent, option)
 
 
 def _publish(artifact: Any, settings: Any, *, promote: bool) -> None:

@@ -17,7 +17,12 @@ from sidecar.scoring._baselines import (
     MaxCosineDetector,
     ResidualDetector,
 )
-from sidecar.scoring._calibration import DEFAULT_TARGET_FRR, conformal_threshold
+from sidecar.scoring._calibration import (
+    DEFAULT_TARGET_FRR,
+    conformal_threshold,
+    min_calibration_size,
+    recalibrate,
+)
 from sidecar.scoring._encoder import (
     DEFAULT_ENCODER,
     Encoder,
@@ -62,6 +67,8 @@ __all__ = [
     "fit_ood_model",
     "load_encoder",
     "make_detector",
+    "min_calibration_size",
+    "recalibrate",
     "select_evr",
     "select_pvalue",
 ]

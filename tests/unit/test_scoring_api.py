@@ -35,6 +35,8 @@ def test_all_is_pinned() -> None:
             "fit_ood_model",
             "load_encoder",
             "make_detector",
+            "min_calibration_size",
+            "recalibrate",
             "select_evr",
             "select_pvalue",
         ]

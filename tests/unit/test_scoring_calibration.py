@@ -59,3 +59,79 @@ def test_too_few_calibration_queries_warn_once_per_size_and_target(
         conformal_threshold(scores[:36], 0.0123)  # another size: its own warning
     levels = [r.levelno for r in caplog.records if "too few" in r.getMessage()]
     assert levels == [logging.WARNING, logging.DEBUG, logging.DEBUG, logging.WARNING]
+
+
+@pytest.mark.parametrize(("target", "n"), [(0.01, 99), (0.02, 49), (0.05, 19), (0.1, 9)])
+def test_min_calibration_size_is_the_first_size_with_a_conformal_rank(target, n) -> None:
+    from sidecar.scoring import min_calibration_size
+
+    assert min_calibration_size(target) == n
+    ok = np.arange(float(n))
+    assert conformal_threshold(ok, target) < ok.max() or n == 1 / target - 1
+
+
+def _shifted_model():
+    """A logreg model fitted on one ID cloud, and ID queries that drifted away from it."""
+    from sidecar.scoring import fit_ood_model
+
+    rng = np.random.default_rng(3)
+    dim = 12
+    centre = np.r_[1.0, np.zeros(dim - 1)]
+    kb = centre + 0.3 * rng.normal(size=(80, dim))
+    ids, ood = (
+        centre + 0.3 * rng.normal(size=(300, dim)),
+        -centre + 0.3 * rng.normal(size=(300, dim)),
+    )
+    model = fit_ood_model(
+        kb="t",
+        encoder={"name": "fake", "dim": dim},
+        kb_embeddings=kb,
+        id_embeddings=ids[:200],
+        ood_embeddings=ood,
+        calibration_embeddings=ids[200:],
+        detector="logreg",
+        m=3,
+        target_frr=0.05,
+    )
+    drift = -0.5 * centre  # live ID traffic, halfway towards the OOD cloud
+    live = centre + drift + 0.3 * rng.normal(size=(2000, dim))
+    return model, live
+
+
+def test_recalibrating_on_drifted_id_queries_brings_the_refusal_rate_back_to_target() -> None:
+    from model_store import decode, encode
+    from sidecar.scoring import OODModel, recalibrate
+
+    model, live = _shifted_model()
+    cal, judged = live[:400], live[400:]
+    before = float(np.mean(model.score(judged) > model.threshold))
+    assert before > 0.10  # the drift breaks the trained threshold's 5% promise
+    new = recalibrate(model, cal, 0.05)
+    after = float(np.mean(new.score(judged) > new.threshold))
+    assert after <= 0.05 + 0.02  # 1,600 judged queries: about 1.4 points of noise
+    assert new.threshold == conformal_threshold(model.score(cal), 0.05)
+    np.testing.assert_array_equal(new.score(judged), model.score(judged))  # nothing refitted
+    old = new.metrics["recalibrated_from"]
+    assert old["threshold"] == model.threshold
+    assert old["calibration_frr"] == model.metrics["calibration_frr"]
+    assert old["frr_on_recalibration_queries"] == pytest.approx(
+        np.mean(model.score(cal) > model.threshold)
+    )
+    assert new.metrics["calibration"] == "recalibrated" and new.metrics["n_calibration"] == 400
+    assert new.params["target_frr"] == 0.05 and new.version is None
+    # a new artifact (new version id) that loads back with the new threshold
+    a, b = model.to_artifact(), new.to_artifact()
+    assert a.version != b.version
+    back = OODModel.from_artifact(decode(*encode(b)))
+    assert back.threshold == new.threshold
+    assert back.metrics["recalibrated_from"]["threshold"] == model.threshold
+
+
+def test_recalibration_refuses_too_few_queries_for_the_target() -> None:
+    from sidecar.errors import DataError
+    from sidecar.scoring import recalibrate
+
+    model, live = _shifted_model()
+    with pytest.raises(DataError, match=r"98 ID queries cannot calibrate .* at least 99"):
+        recalibrate(model, live[:98], 0.01)
+    assert recalibrate(model, live[:99], 0.01).metrics["n_calibration"] == 99

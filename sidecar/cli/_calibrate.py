@@ -1,0 +1,155 @@
+"""``sidecar calibrate``: recalibrate a trained model's threshold on live ID queries.
+
+For operators whose traffic has drifted from the training queries: the refusal rate the
+shipped threshold promised no longer holds (``sidecar score`` on a sample of answerable
+live queries shows more refused than the target). A sample of such queries, never trained
+on, gives a new threshold (the conformal quantile of their scores) without retraining; the
+result is a new artifact version, written to a directory or published to the store, which
+running sidecars swap to like any other.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from sidecar.cli._models import _open, _resolve, _store_options
+from sidecar.cli._options import cache_dir_option, check_output_dir, no_progress_option
+from sidecar.cli._root import main
+
+
+@main.command("calibrate")
+@click.option(
+    "--artifact",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Recalibrate this artifact directory (`sidecar train --out`) instead of a store version.",
+)
+@click.option("--kb", default=None, help="KB of the store version [default: scoring.default_kb].")
+@click.option(
+    "--version",
+    "ref",
+    default="active",
+    show_default=True,
+    help="Store version: active, previous, a version id or a unique prefix of one.",
+)
+@click.option(
+    "--id-queries",
+    type=click.Path(path_type=Path),
+    default=None,
+    help='In-domain queries from the traffic to serve, JSONL {"text"}; never trained on.',
+)
+@click.option(
+    "--id-embeddings",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="The same as a .npy array (n x the model's encoder dimension).",
+)
+@click.option(
+    "--target-frr",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    default=None,
+    help="False-reject rate to calibrate to [default: the model's own target]. Needs at "
+    "least 1/rate - 1 queries (99 for 0.01).",
+)
+@click.option(
+    "--out", type=click.Path(path_type=Path), default=None, help="Write the new artifact here."
+)
+@click.option(
+    "--publish",
+    is_flag=True,
+    help="Put the new version into the store (the source store, "
+    "or the configured one with --artifact).",
+)
+@click.option("--no-promote", is_flag=True, help="With --publish: store without activating.")
+@_store_options
+@cache_dir_option
+@no_progress_option
+def calibrate_command(**opts: Any) -> None:
+    """Recalibrate a model's threshold on in-domain queries from live traffic.
+
+    Scores the given ID queries with the model (the KB's active store version by default,
+    --version for another, or --artifact), sets the threshold to the conformal quantile of
+    their scores for --target-frr and writes the result as a new version (--out and/or
+    --publish). Nothing else is refitted. When the queries are drawn from the traffic the
+    model serves and were never trained on, at most --target-frr of that traffic's
+    in-domain queries is refused, in expectation. Prints both thresholds and the rate at
+    which each refuses the given queries.
+    """
+    from model_store import load_dir, save_dir
+    from sidecar.errors import ConfigError
+    from sidecar.scoring import OODModel, recalibrate
+    from sidecar.settings import load_settings
+
+    if not opts["out"] and not opts["publish"]:
+        raise click.UsageError("give --out DIR and/or --publish for the recalibrated model")
+    if opts["no_promote"] and not opts["publish"]:
+        raise click.UsageError("--no-promote applies to --publish")
+    if bool(opts["id_queries"]) == bool(opts["id_embeddings"]):
+        raise click.UsageError("give --id-queries or --id-embeddings (one of them)")
+    if opts["out"]:
+        check_output_dir(opts["out"], "--out")
+        if opts["out"].is_dir() and any(opts["out"].iterdir()):
+            raise ConfigError(f"--out {opts['out']} is not empty")
+    settings = load_settings()
+    store_dir, redis_url = opts["store_dir"], opts["redis_url"]
+    kb_name = opts["kb"] or settings.scoring.default_kb
+    if opts["artifact"] is not None:
+        if opts["ref"] != "active":
+            raise ConfigError("--artifact recalibrates that directory: leave out --version")
+        if not opts["publish"] and (store_dir or redis_url):
+            raise ConfigError("--store-dir / --redis-url name where --publish puts the model")
+        art = load_dir(opts["artifact"])
+        if opts["kb"] is not None and opts["kb"] != art.manifest.get("kb"):
+            kb_of = art.manifest.get("kb")
+            raise ConfigError(f"{opts['artifact']} is a model of KB {kb_of!r}, not {opts['kb']!r}")
+    else:
+        with _open(store_dir, redis_url, read_only=True) as store:
+            art = store.get(kb_name, _resolve(store, kb_name, opts["ref"]))
+    model = OODModel.from_artifact(art)
+    E = _embeddings(model, opts, settings)
+    target = opts["target_frr"] or float(model.params.get("target_frr") or 0.01)
+    new = recalibrate(model, E, target)
+    old = new.metrics["recalibrated_from"]
+    artifact = new.to_artifact()
+    click.echo(
+        f"KB {model.kb!r}, version {art.version[:12]} -> {artifact.version[:12]}, "
+        f"{new.metrics['n_calibration']} ID queries, target FRR {target:g}"
+    )
+    click.echo(
+        f"  threshold {model.threshold:.4f} refused {old['frr_on_recalibration_queries']:.2%} "
+        f"of them; the new {new.threshold:.4f} refuses {new.metrics['calibration_frr']:.2%}"
+    )
+    if opts["out"]:
+        click.echo(f"wrote {save_dir(artifact, opts['out'])}")
+    if opts["publish"]:
+        with _open(store_dir, redis_url) as store:
+            version = store.put(artifact)
+            if not opts["no_promote"]:
+                store.promote(artifact.kb, version)
+        click.echo(
+            f"published {artifact.kb}/{version}{'' if opts['no_promote'] else ' and promoted it'}"
+        )
+
+
+def _embeddings(model: Any, opts: dict[str, Any], settings: Any) -> Any:
+    """The ID queries as embeddings of the model's own encoder."""
+    from sidecar.errors import DataError
+    from sidecar.training._train_inputs import load_npy
+
+    dim = int(model.encoder["dim"])
+    if opts["id_embeddings"]:
+        E = load_npy(opts["id_embeddings"], "ID embeddings")
+        if E.shape[1] != dim:
+            raise DataError(f"ID embeddings have {E.shape[1]} dims, the model's encoder {dim}")
+        return E
+    from sidecar.scoring import available_cpus, load_encoder
+    from sidecar.training import EmbeddingCache, read_queries
+
+    texts = read_queries(opts["id_queries"])
+    enc = load_encoder(settings.scoring, name=str(model.encoder["name"]), threads=available_cpus())
+    model.check_encoder(enc.name, enc.dim)
+    cache = EmbeddingCache(enc, opts["cache_dir"], progress=not opts["no_progress"])
+    return cache.embed(texts, desc="encoding ID queries")

@@ -1,0 +1,116 @@
+"""``sidecar calibrate``: a new version whose threshold is the conformal quantile of the
+given ID queries' scores, written to a directory or published to the store."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner, Result
+
+from model_store import DirectoryStore, load_dir
+from sidecar.cli import main
+from sidecar.scoring import OODModel, conformal_threshold
+from sidecar.training._jsonl import DEMO_ID_QUERIES, demo_path
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("calibrate") / "model"
+    res = CliRunner().invoke(main, ["train", "--out", str(out), "--no-report", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    return out
+
+
+def _run(*args: str) -> Result:
+    return CliRunner().invoke(main, ["calibrate", "--no-progress", *args])
+
+
+def _live(model: OODModel, n: int) -> np.ndarray:
+    """Embeddings that score like drifted ID traffic: near the KB's own documents."""
+    rng = np.random.default_rng(0)
+    kb = np.asarray(model.kb_embeddings)
+    E = kb[rng.integers(0, len(kb), n)] + 0.05 * rng.normal(size=(n, kb.shape[1]))
+    return (E / np.linalg.norm(E, axis=1, keepdims=True)).astype(np.float32)
+
+
+def test_the_new_artifact_carries_the_conformal_threshold_of_the_given_queries(
+    trained: Path, tmp_path: Path
+) -> None:
+    model = OODModel.from_artifact(load_dir(trained))
+    E = _live(model, 150)
+    np.save(tmp_path / "live.npy", E)
+    out = tmp_path / "recal"
+    res = _run("--artifact", str(trained), "--id-embeddings", str(tmp_path / "live.npy"),
+               "--out", str(out))  # fmt: skip
+    assert res.exit_code == 0, res.output
+    new = OODModel.from_artifact(load_dir(out))
+    target = model.params["target_frr"]  # the model's own target by default
+    assert new.threshold == conformal_threshold(model.score(E), target)
+    assert new.threshold != model.threshold
+    np.testing.assert_array_equal(new.score(E), model.score(E))  # nothing refitted
+    old = new.metrics["recalibrated_from"]
+    assert old["version"] == model.version and old["threshold"] == model.threshold
+    assert new.metrics["n_calibration"] == 150 and new.version != model.version
+    assert f"{new.version[:12]}" in res.output and "150 ID queries" in res.output
+
+
+def test_a_store_version_is_recalibrated_into_the_same_store(trained: Path, tmp_path: Path) -> None:
+    store_dir = tmp_path / "store"
+    store = DirectoryStore(store_dir)
+    source = store.put(load_dir(trained))
+    kb = load_dir(trained).kb
+    store.promote(kb, source)
+    where = ["--store-dir", str(store_dir), "--kb", kb]
+    queries = str(demo_path(DEMO_ID_QUERIES))  # 70 texts: enough for a 5% target
+    res = _run(*where, "--id-queries", queries, "--target-frr", "0.05", "--publish",
+               "--no-promote")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    versions = store.versions(kb)
+    assert len(versions) == 2 and store.active(kb) == source  # stored, not activated
+    (new_version,) = set(versions) - {source}
+    new = OODModel.from_artifact(store.get(kb, new_version))
+    assert new.metrics["recalibrated_from"]["version"] == source
+    assert new.params["target_frr"] == 0.05 and new.metrics["n_calibration"] == 70
+    res = _run(*where, "--version", new_version[:10], "--id-queries", queries, "--target-frr",
+               "0.05", "--publish")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert store.active(kb) != source  # promoted this time
+
+
+def test_bad_requests_get_one_error_line(
+    trained: Path, tmp_path: Path, one_error_line: Callable[[Result], str]
+) -> None:
+    model = OODModel.from_artifact(load_dir(trained))
+    np.save(tmp_path / "few.npy", _live(model, 98))
+    np.save(tmp_path / "wrong_dim.npy", np.ones((200, 7), np.float32))
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    art = ["--artifact", str(trained)]
+    few = ["--id-embeddings", str(tmp_path / "few.npy")]
+    cases = {
+        "cannot calibrate a false-reject rate of 0.01": [*art, *few, "--out", str(tmp_path / "a")],
+        "have 7 dims, the model's encoder 384": [
+            *art, "--id-embeddings", str(tmp_path / "wrong_dim.npy"), "--out", str(tmp_path / "b"),
+        ],
+        "is not empty": [*art, *few, "--out", str(tmp_path / "full")],
+        "leave out --version": [*art, *few, "--version", "previous", "--out", str(tmp_path / "c")],
+        "ID embeddings file not found": [
+            *art, "--id-embeddings", str(tmp_path / "missing.npy"), "--out", str(tmp_path / "d"),
+        ],
+        "has no active version": [
+            "--store-dir", str(tmp_path / "empty_store"), "--kb", "nope", *few, "--publish",
+        ],
+    }  # fmt: skip
+    (tmp_path / "empty_store").mkdir()
+    for want, args in cases.items():
+        assert want in one_error_line(_run(*args)), args
+    # usage mistakes: click's own message, exit status 2
+    for args in ([*art, *few], [*art, "--out", str(tmp_path / "e")], [*art, *few, "--no-promote"]):
+        res = _run(*args)
+        assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+    assert not (tmp_path / "a").exists()  # nothing written by a refused run

@@ -22,6 +22,7 @@ from typing import Any
 import click
 import numpy as np
 
+from sidecar.cli._options import check_output_file, int_list
 from sidecar.cli._root import bench
 from sidecar.scoring._linf import SCANS, choose_scan
 
@@ -331,27 +332,46 @@ def _scale(
     required=True,
     help="Write the JSON report here.",
 )
-@click.option("--m", default=13, show_default=True, help="Selected PCs for the PC detectors.")
+@click.option(
+    "--m",
+    default=13,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="Selected PCs for the PC detectors.",
+)
 @click.option(
     "--n-train",
     default=2000,
     show_default=True,
+    type=click.IntRange(min=100),
     help="ID and OOD training queries each (also the KB size).",
 )
-@click.option("--repeats", default=7, show_default=True, help="Timed runs per figure.")
 @click.option(
-    "--min-time", default=0.02, show_default=True, help="Seconds each timed run lasts at least."
+    "--repeats",
+    default=7,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Timed runs per figure.",
+)
+@click.option(
+    "--min-time",
+    default=0.02,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds each timed run lasts at least.",
 )
 @click.option(
     "--scale-n",
     default="1000,10000,100000",
     show_default=True,
+    callback=int_list(100),
     help="Training-point counts for the geometric scaling table ('' to skip).",
 )
 @click.option(
     "--scale-m",
     default="8,16,32",
     show_default=True,
+    callback=int_list(1),
     help="Values of m for the scaling table ('' to skip).",
 )
 @click.option("--detectors", "only", default="", help="Comma-separated subset of detectors.")
@@ -359,18 +379,19 @@ def _scale(
     "--blas-threads",
     default=1,
     show_default=True,
+    type=click.IntRange(min=0),
     help="BLAS threads while timing (0: library default). Small matrix products are "
     "fastest single-threaded, and on a shared machine extra threads mostly wait.",
 )
-@click.option("--seed", default=0, show_default=True)
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0))
 def detectors_cmd(
     json_path: Path,
     m: int,
     n_train: int,
     repeats: int,
     min_time: float,
-    scale_n: str,
-    scale_m: str,
+    scale_n: list[int],
+    scale_m: list[int],
     only: str,
     blas_threads: int,
     seed: int,
@@ -394,8 +415,8 @@ def detectors_cmd(
     unknown = sorted(set(kinds) - set(detector_kinds()))
     if unknown:
         raise ConfigError(f"unknown detectors: {', '.join(unknown)}")
-    ns = [int(x) for x in scale_n.split(",") if x]
-    ms = [int(x) for x in scale_m.split(",") if x]
+    check_output_file(json_path, "--json")
+    ns, ms = scale_n, scale_m
     machine = _machine()
     data = _synthetic(n_train, n_train, n_train, 512, seed)
     total = len(kinds) + 3 * len(ns) + 4 * len(ms)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from sidecar.cli._options import check_output_file
 from sidecar.cli._root import bench
 
 
@@ -114,6 +115,7 @@ def e2e(
     from sidecar.stream._bench import run_e2e
     from sidecar.stream._bench_report import median_report
 
+    check_output_file(json_out, "--json")
     work = workdir or Path(tempfile.mkdtemp(prefix="sidecar-bench-e2e-"))
     runs = []
     for i in range(repeat):

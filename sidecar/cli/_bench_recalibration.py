@@ -19,6 +19,7 @@ import click
 from sidecar.cli._options import (
     blas_threads_option,
     cache_dir_option,
+    check_output_file,
     encoder_option,
     no_progress_option,
     seed_option,
@@ -85,6 +86,7 @@ def recalibration_command(
     from sidecar.training import EmbeddingCache, load_benchmark
     from sidecar.training._recalibration import recalibration_study
 
+    check_output_file(json_out, "--json")
     if detector not in detector_kinds():
         raise ConfigError(f"unknown detector {detector!r}; one of {', '.join(detector_kinds())}")
     tasks = load_benchmark(benchmark, data_dir, "dev")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import click
 
+from sidecar.cli._options import check_output_file
 from sidecar.cli._root import bench
 
 
@@ -78,6 +79,7 @@ def swap_command(
     repeat: int,
 ) -> None:
     """Measure a live model swap through the real sidecar (embedded broker, real Redis)."""
+    check_output_file(json_out, "--json")
     import asyncio
     import tempfile
 

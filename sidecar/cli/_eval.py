@@ -12,6 +12,8 @@ from sidecar.cli._options import (
     blas_threads_option,
     cache_dir_option,
     calibration_option,
+    check_output_dir,
+    check_output_file,
     criterion_option,
     encoder_option,
     no_progress_option,
@@ -142,6 +144,9 @@ def eval_command(
     from sidecar.training._evaluate import DETECTORS, seed_spread
     from sidecar.training._targets import targets
 
+    check_output_file(json_out, "--json")
+    if report_dir is not None:
+        check_output_dir(report_dir, "--report")
     settings = load_settings()
     caps = {
         k: v

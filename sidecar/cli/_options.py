@@ -64,7 +64,11 @@ calibration_option = click.option(
 )
 
 seed_option = click.option(
-    "--seed", default=0, show_default=True, type=int, help="Seed of splits and fits."
+    "--seed",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Seed of splits and fits.",
 )
 
 cache_dir_option = click.option(
@@ -117,3 +121,24 @@ def check_output_file(path: Path, option: str) -> None:
         raise ConfigError(f"{option} {path} is not writable")
     if not path.exists():
         check_output_dir(path.absolute().parent, option)
+
+
+def int_list(low: int) -> Callable[[click.Context, click.Parameter, str], list[int]]:
+    """click callback: ``"1000,10000"`` -> ``[1000, 10000]`` (``""``: none), each at least
+    ``low``; anything else is a usage error naming the option."""
+
+    def parse(ctx: click.Context, param: click.Parameter, value: str) -> list[int]:
+        out = []
+        for part in (p.strip() for p in value.split(",")):
+            if not part:
+                continue
+            try:
+                n = int(part)
+            except ValueError:
+                raise click.BadParameter(f"{part!r} is not an integer", ctx, param) from None
+            if n < low:
+                raise click.BadParameter(f"{n} is below {low}", ctx, param)
+            out.append(n)
+        return out
+
+    return parse

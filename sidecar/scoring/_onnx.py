@@ -195,9 +195,9 @@ class OnnxEncoder(LocalEncoder):
         reference: Path,
     ) -> None:
         """Export (if needed) with torch, check against torch, store the probe embeddings."""
-        from sentence_transformers import SentenceTransformer
+        from sidecar.scoring._encoder import load_sentence_transformer
 
-        st = SentenceTransformer(model_dir, device="cpu")
+        st = load_sentence_transformer(model_dir)
         normalize = _check_pipeline(st, self._name)
         hf_tokenizer = st.tokenizer
         max_len = int(st.max_seq_length or 512)

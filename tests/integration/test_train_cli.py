@@ -246,3 +246,21 @@ def test_bad_input_is_one_line_before_any_training(
         args += more
     assert expected in one_error_line(CliRunner().invoke(main, args))
     assert not (tmp_path / "m").exists()  # refused before an artifact was written
+
+
+def test_train_scale_deletes_its_scratch_files_and_reports_each_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+    import tempfile
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    out = tmp_path / "scale.json"
+    args = ["bench", "train-scale", "--sizes", "150", "--dim", "64", "--queries", "200"]
+    res = CliRunner().invoke(main, [*args, "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    runs = json.loads(out.read_text())["runs"]
+    assert [r["n_kb"] for r in runs] == [150] and runs[0]["us_per_query_batch256"] > 0
+    assert list(scratch.iterdir()) == []  # embeddings and models gone with the run

@@ -1,0 +1,88 @@
+"""Options that cannot work are refused up front, before any data is read or trained on:
+a usage error for a value or a combination, one ``error:`` line for an output path."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from sidecar.cli import main
+
+
+def _invoke(*args: str) -> Result:
+    return CliRunner().invoke(main, list(args))
+
+
+def _usage_error(res: Result, *words: str) -> None:
+    assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+    assert all(w in res.output for w in words), res.output
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["train", "--out", "o", "--seed", "-1"], ["--seed", "-1"]),
+        (["eval", "--benchmark", "covid", "--data-dir", "d", "--json", "x", "--seed", "-1"],
+         ["--seed"]),
+        (["bench", "detectors", "--json", "x", "--seed", "-1"], ["--seed"]),
+        (["bench", "detectors", "--json", "x", "--scale-n", "1000,abc"],
+         ["'abc' is not an integer"]),
+        (["bench", "detectors", "--json", "x", "--scale-m", "0"], ["0 is below 1"]),
+        (["bench", "detectors", "--json", "x", "--repeats", "0"], ["--repeats"]),
+        (["bench", "detectors", "--json", "x", "--n-train", "-5"], ["--n-train"]),
+        (["bench", "detectors", "--json", "."], ["--json", "is a directory"]),
+        (["bench", "train-scale", "--json", "x", "--sizes", "abc"], ["'abc' is not an integer"]),
+        (["bench", "train-scale", "--json", "x", "--sizes", "0"], ["0 is below 100"]),
+        (["bench", "train-scale", "--json", "x", "--queries", "0"], ["--queries"]),
+        (["train", "--out", "o", "--no-promote"], ["--no-promote applies to --publish"]),
+        (["train", "--out", "o", "--store-dir", "s"], ["--store-dir applies to --publish"]),
+        (["train", "--out", "o", "--report", "r", "--no-report"], ["contradict"]),
+        (["train", "--out", "o", "--m", "5", "--m-range", "3:8"], ["not both"]),
+    ],
+)  # fmt: skip
+def test_values_and_combinations_that_cannot_work_are_usage_errors(
+    args: list[str], words: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    _usage_error(_invoke(*args), *words)
+    assert list(tmp_path.iterdir()) == []  # nothing written, nothing trained
+
+
+def test_an_output_file_that_cannot_be_written_is_refused_before_any_work(
+    tmp_path: Path, one_error_line: Callable[[Result], str]
+) -> None:
+    a_dir = tmp_path / "a_dir"
+    a_dir.mkdir()
+    missing_data = str(tmp_path / "no_such_data")  # read only after the output check
+    for args in (
+        ["eval", "--benchmark", "covid", "--data-dir", missing_data, "--json", str(a_dir)],
+        ["bench", "train-scale", "--json", str(a_dir)],
+        ["bench", "recalibration", "--benchmark", "clinc150", "--data-dir", missing_data,
+         "--json", str(a_dir)],
+    ):  # fmt: skip
+        assert f"--json {a_dir} is a directory" in one_error_line(_invoke(*args)), args
+    report_file = tmp_path / "report_file"
+    report_file.write_text("")
+    args = ["eval", "--benchmark", "covid", "--data-dir", missing_data, "--json",
+            str(tmp_path / "x.json"), "--report", str(report_file / "sub")]  # fmt: skip
+    assert "is not a directory" in one_error_line(_invoke(*args))
+
+
+def test_an_encoder_directory_without_a_model_is_one_error_line(
+    tmp_path: Path, one_error_line: Callable[[Result], str]
+) -> None:
+    empty = tmp_path / "not_a_model"
+    empty.mkdir()
+    res = _invoke("train", "--out", str(tmp_path / "o"), "--no-progress", "--encoder", str(empty))
+    assert "holds no sentence-transformers model" in one_error_line(res)
+    (empty / "config.json").write_text("{}")  # transformers cannot tell what model this is
+    res = _invoke("train", "--out", str(tmp_path / "o"), "--no-progress", "--encoder", str(empty))
+    assert "is not a usable model" in one_error_line(res)
+
+
+def test_log_level_is_case_insensitive() -> None:
+    res = _invoke("--log-level", "debug", "models", "--help")
+    assert res.exit_code == 0, res.output

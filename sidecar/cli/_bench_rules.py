@@ -106,7 +106,7 @@ def bench_rules_command(**o: Any) -> None:
     """
     from tqdm.auto import tqdm
 
-    from sidecar.errors import ConfigError
+    from sidecar.errors import ConfigError, DataError
     from sidecar.explain._bench import (
         PAPER_PRUNED_SHARE,
         MemoBlackBox,
@@ -125,6 +125,14 @@ def bench_rules_command(**o: Any) -> None:
 
     if o["n_min"] > o["n_max"]:
         raise ConfigError("--n-min must not exceed --n-max")
+    # Checked before the synthetic part (minutes), and with a hint: the default path is
+    # relative to the current directory, so it is missing when run from anywhere else.
+    if (o["hotpot_questions"] or o["llm_questions"]) and not o["hotpot_path"].is_file():
+        where = "" if o["hotpot_path"].is_absolute() else " (relative to the current directory)"
+        raise DataError(
+            f"HotpotQA file not found: {o['hotpot_path']}{where}; pass --hotpot PATH, "
+            "or --hotpot-questions 0 (and no --llm-questions) to skip HotpotQA"
+        )
     started = time.time()
     report: dict[str, Any] = {
         "benchmark": "rules",

@@ -133,31 +133,62 @@ class HotpotItem:
     supporting: list[int]  # indices into sources
 
 
+_HOTPOT_FIELDS = ("_id", "question", "answer", "supporting_facts", "context")
+
+
 def load_hotpot(path: Path, *, limit: int, n_sources: int, skip: int = 0) -> list[HotpotItem]:
     """Questions with ``n_sources`` paragraphs each: supporting ones plus distractors,
-    in the dataset's order."""
+    in the dataset's order.
+
+    Blank lines are ignored; a file that is not UTF-8, a line that is not a record, or no
+    record at all (after ``skip``) raises DataError naming the file (and the line).
+    """
     items: list[HotpotItem] = []
-    with Path(path).open(encoding="utf-8") as fh:
-        for k, line in enumerate(fh):
-            if k < skip:
-                continue
-            if len(items) >= limit:
-                break
-            try:
-                doc = json.loads(line)
-                titles = {t for t, _ in doc["supporting_facts"]}
-                paras = [(t, "".join(sents).strip()) for t, sents in doc["context"]]
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-                raise DataError(f"{path}:{k + 1}: not a HotpotQA record ({exc})") from exc
-            support = [i for i, (t, _) in enumerate(paras) if t in titles]
-            others = [i for i, (t, _) in enumerate(paras) if t not in titles]
-            keep = sorted(support + others[: max(0, n_sources - len(support))])[:n_sources]
-            sources = [Source(paras[i][0], f"{paras[i][0]}: {paras[i][1]}") for i in keep]
-            supporting = [j for j, i in enumerate(keep) if i in support]
-            items.append(
-                HotpotItem(doc["_id"], doc["question"], doc["answer"], sources, supporting)
-            )
+    records = 0
+    try:
+        with Path(path).open(encoding="utf-8") as fh:
+            for k, line in enumerate(fh):
+                if not line.strip():
+                    continue
+                records += 1
+                if records <= skip:
+                    continue
+                if len(items) >= limit:
+                    break
+                items.append(_hotpot_item(path, k + 1, line, n_sources))
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not UTF-8 text ({exc.reason})") from exc
+    if limit and not items:
+        after = f" after skipping {skip}" if skip else ""
+        raise DataError(f"{path}: holds no HotpotQA records{after}")
     return items
+
+
+def _hotpot_item(path: Path, lineno: int, line: str, n_sources: int) -> HotpotItem:
+    where = f"{path}:{lineno}: not a HotpotQA record"
+    try:
+        doc = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{where} ({exc})") from exc
+    if not isinstance(doc, dict):
+        raise DataError(f"{where} (a JSON {type(doc).__name__}, not an object)")
+    missing = [f for f in _HOTPOT_FIELDS if f not in doc]
+    if missing:
+        raise DataError(f"{where}: no field {', '.join(map(repr, missing))}")
+    if not isinstance(doc["question"], str) or not isinstance(doc["answer"], str):
+        raise DataError(f"{where}: 'question' and 'answer' must be strings")
+    try:
+        titles = {t for t, _ in doc["supporting_facts"]}
+        paras = [(t, "".join(sents).strip()) for t, sents in doc["context"]]
+    except (TypeError, ValueError) as exc:
+        # e.g. a fact that is not a [title, sentence] pair, or a paragraph that is no list
+        raise DataError(f"{where}: bad 'supporting_facts' or 'context' ({exc})") from exc
+    support = [i for i, (t, _) in enumerate(paras) if t in titles]
+    others = [i for i, (t, _) in enumerate(paras) if t not in titles]
+    keep = sorted(support + others[: max(0, n_sources - len(support))])[:n_sources]
+    sources = [Source(paras[i][0], f"{paras[i][0]}: {paras[i][1]}") for i in keep]
+    supporting = [j for j, i in enumerate(keep) if i in support]
+    return HotpotItem(str(doc["_id"]), doc["question"], doc["answer"], sources, supporting)
 
 
 class SimulatedHotpotLLM:

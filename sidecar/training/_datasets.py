@@ -3,7 +3,8 @@
 Each loader returns a list of :class:`KBTask`: one knowledge base with its training texts
 (KB documents, labelled ID and OOD training queries) and its evaluation queries. A missing
 file raises :class:`~sidecar.errors.DataError` naming it, so ``--split test`` on a machine
-without the test files says exactly what to add.
+without the test files says exactly what to add; so does a file that is not UTF-8 or whose
+JSON has another shape than the loader relies on.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import json
 import logging
 import random
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,22 +73,83 @@ def _need(path: Path) -> Path:
     return path
 
 
-def _read_json(path: Path) -> Any:
+@contextmanager
+def _reading(path: Path) -> Iterator[None]:
+    """Turn a decoding or CSV failure while reading ``path`` into a DataError naming it."""
     try:
-        return json.loads(_need(path).read_text(encoding="utf-8"))
+        yield
+    except UnicodeDecodeError as exc:
+        # The offset is within the decoder's chunk, not the file: name the reason only.
+        raise DataError(f"{path}: not UTF-8 text ({exc.reason})") from exc
+    except csv.Error as exc:
+        raise DataError(f"{path}: not a readable CSV file ({exc})") from exc
+
+
+def _read_text(path: Path) -> str:
+    with _reading(path):
+        return _need(path).read_text(encoding="utf-8")
+
+
+def _read_json(path: Path) -> Any:
+    text = _read_text(path)
+    try:
+        return json.loads(text)
     except ValueError as exc:
         raise DataError(f"{path} is not valid JSON: {exc}") from exc
 
 
 def _read_lines(path: Path) -> list[str]:
-    text = _need(path).read_text(encoding="utf-8")
+    text = _read_text(path)
     return [ln.strip() for ln in text.splitlines() if ln.strip()]
+
+
+def _is_pair(row: Any) -> bool:
+    return isinstance(row, list) and len(row) == 2 and all(isinstance(x, str) for x in row)
+
+
+def _read_pairs(
+    path: Path, keys: Sequence[str], *, optional: Sequence[str] = (), why: str = ""
+) -> dict[str, list[tuple[str, str]]]:
+    """The ``keys`` (and those of ``optional`` present) of a CLINC150 ``data_*.json``.
+
+    Each is a list of ``[text, intent]`` pairs of strings; anything else raises DataError
+    naming the file, the key and the first bad entry, before any loader code trips on it.
+    """
+    data = _read_json(path)
+    if not isinstance(data, dict):
+        raise DataError(f"{path}: expected an object of split -> list of [text, intent] pairs")
+    for key in keys:
+        if key not in data:
+            raise DataError(f"{path} has no {key!r} key{why}")
+    out = {}
+    for key in [*keys, *(k for k in optional if k in data)]:
+        rows = data[key]
+        if not isinstance(rows, list):
+            raise DataError(f"{path}: {key!r} must be a list of [text, intent] pairs")
+        bad = next((n for n, row in enumerate(rows) if not _is_pair(row)), None)
+        if bad is not None:
+            raise DataError(
+                f"{path}: {key!r}[{bad}] is {json.dumps(rows[bad])[:60]}, "
+                "not a [text, intent] pair of strings"
+            )
+        out[key] = [(t, i) for t, i in rows]
+    return out
+
+
+def _read_domains(path: Path) -> dict[str, list[str]]:
+    """CLINC150 ``domains.json``: an object of domain -> list of intent names."""
+    domains = _read_json(path)
+    if not isinstance(domains, dict) or not all(
+        isinstance(v, list) and all(isinstance(i, str) for i in v) for v in domains.values()
+    ):
+        raise DataError(f"{path}: expected an object of domain -> list of intent names")
+    return domains
 
 
 def _read_csv_column(
     path: Path, column: str, where: Callable[[dict[str, str]], bool] | None = None
 ) -> list[str]:
-    with _need(path).open(newline="", encoding="utf-8") as fh:
+    with _need(path).open(newline="", encoding="utf-8") as fh, _reading(path):
         reader = csv.DictReader(fh)
         if reader.fieldnames is None or column not in reader.fieldnames:
             raise DataError(f"{path} has no column {column!r} (columns: {reader.fieldnames})")
@@ -101,7 +164,7 @@ def _read_csv_rows(
     path: Path, columns: Sequence[str], where: Callable[[dict[str, str]], bool] | None = None
 ) -> list[tuple[str, ...]]:
     """The stripped ``columns`` of every row (``where`` it holds), in file order."""
-    with _need(path).open(newline="", encoding="utf-8") as fh:
+    with _need(path).open(newline="", encoding="utf-8") as fh, _reading(path):
         reader = csv.DictReader(fh)
         missing = [c for c in columns if c not in (reader.fieldnames or ())]
         if missing:
@@ -158,14 +221,13 @@ def load_clinc150(
     """
     _check_split(split)
     root = Path(data_dir) / "clinc150"
-    data = _read_json(root / "data_full.json")
-    domains: dict[str, list[str]] = _read_json(root / "domains.json")
     eval_key, oos_key = ("val", "oos_val") if split == "dev" else ("test", "oos_test")
-    for key in ("train", "oos_train", eval_key, oos_key):
-        if key not in data:
-            raise DataError(
-                f"{root / 'data_full.json'} has no {key!r} key (needed for --split {split})"
-            )
+    data = _read_pairs(
+        root / "data_full.json",
+        ("train", "oos_train", eval_key, oos_key),
+        why=f" (needed for --split {split})",
+    )
+    domains = _read_domains(root / "domains.json")
     intent_domain = {intent: d for d, intents in domains.items() for intent in intents}
     # Every evaluation utterance is ID for one KB and OOD for the others: none may train.
     held_out = {norm_text(t) for t, _ in data[eval_key]} | {norm_text(t) for t, _ in data[oos_key]}
@@ -275,15 +337,19 @@ def load_covid(data_dir: str | Path, split: str = "dev", *, folds: int = 5) -> l
         if q2 and a is not None and b is not None and a != b:
             # one text may paraphrase two questions: join the groups, transitively
             group = {t: (a if g == b else g) for t, g in group.items()}
-    clinc = _read_json(_need(root / "clinc150" / "data_full.json"))
+    full = root / "clinc150" / "data_full.json"
+    plus = root / "clinc150" / "data_oos_plus.json"
+    # oos_test only for --split test, where its absence is reported with the other files
+    needed = ("oos_val",) if plus.is_file() else ("oos_val", "oos_train")
+    clinc = _read_pairs(full, needed, optional=("oos_train", "oos_test"))
     dev_ood = _dedupe(
         [t for t, _ in clinc["oos_val"]]
         + _read_csv_column(root / "adversarial" / "advbench_harmful_behaviors.csv", "goal")
     )
     # CLINC150's larger out-of-scope training set, where present: the KB has no training
     # queries of its own, and the OOD side gains most from more of them.
-    plus = root / "clinc150" / "data_oos_plus.json"
-    oos_train = [t for t, _ in (_read_json(plus) if plus.is_file() else clinc)["oos_train"]]
+    oos_pairs = _read_pairs(plus, ("oos_train",)) if plus.is_file() else clinc
+    oos_train = [t for t, _ in oos_pairs["oos_train"]]
     if split == "dev":
         return [
             KBTask(
@@ -301,7 +367,7 @@ def load_covid(data_dir: str | Path, split: str = "dev", *, folds: int = 5) -> l
     jailbreak = root / "adversarial" / "jailbreakhub_forbidden_question_set.csv"
     missing = [str(p) for p in (covidq, jailbreak) if not p.is_file()]
     if "oos_test" not in clinc:
-        missing.append(f"the 'oos_test' key of {root / 'clinc150' / 'data_full.json'}")
+        missing.append(f"the 'oos_test' key of {full}")
     if missing:
         raise DataError(f"missing for --split test: {'; '.join(missing)}")
     test_id = _read_csv_column(covidq, "Question")
@@ -322,7 +388,8 @@ def load_covid(data_dir: str | Path, split: str = "dev", *, folds: int = 5) -> l
 
 
 def _is_similar(row: dict[str, str]) -> bool:
-    return row.get("similar", "").strip() == "1"
+    # A short row has None, not "", in its missing columns.
+    return (row.get("similar") or "").strip() == "1"
 
 
 BENCHMARKS: dict[str, Callable[..., list[KBTask]]] = {

@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+from click.testing import CliRunner, Result
+
+from sidecar.cli import main
+from sidecar.errors import DataError
 from sidecar.explain._bench import (
     SimulatedHotpotLLM,
     compare_miners,
@@ -49,3 +56,63 @@ def test_hotpot_loader_and_simulated_black_box(shared_data: Path) -> None:
     # the simulated box answers from supporting paragraphs only
     assert all(sum(1 << i for i in r) & support == sum(1 << i for i in r)
                for r in rec["rules"]["retention"])  # fmt: skip
+
+
+def _hotpot_line(**drop: None) -> str:
+    doc = {
+        "_id": "q1",
+        "question": "Who?",
+        "answer": "Ada",
+        "supporting_facts": [["A", 0]],
+        "context": [["A", ["Ada wrote it."]], ["B", ["Bob did not."]]],
+    }
+    return json.dumps({k: v for k, v in doc.items() if k not in drop}) + "\n"
+
+
+def test_hotpot_loader_names_the_file_line_and_field(tmp_path: Path) -> None:
+    path = tmp_path / "h.jsonl"
+    path.write_text(_hotpot_line() + "\n" + _hotpot_line(supporting_facts=None))
+    with pytest.raises(DataError, match=r"h\.jsonl:3: not a HotpotQA record: no field 'supporting"):
+        load_hotpot(path, limit=2, n_sources=2)
+    (item,) = load_hotpot(path, limit=1, n_sources=2)  # the blank line is no record
+    assert item.supporting == [0] and len(item.sources) == 2
+    path.write_text("[1]\n")
+    with pytest.raises(DataError, match=r"h\.jsonl:1: .*not an object"):
+        load_hotpot(path, limit=1, n_sources=2)
+
+
+def test_hotpot_loader_rejects_binary_and_empty_files(tmp_path: Path) -> None:
+    path = tmp_path / "h.jsonl"
+    path.write_bytes(b"\x89\xff\xfe\x00garbage")
+    with pytest.raises(DataError, match=r"h\.jsonl: not UTF-8 text"):
+        load_hotpot(path, limit=1, n_sources=2)
+    path.write_text("\n")
+    with pytest.raises(DataError, match=r"h\.jsonl: holds no HotpotQA records$"):
+        load_hotpot(path, limit=1, n_sources=2)
+    path.write_text(_hotpot_line())
+    with pytest.raises(DataError, match="no HotpotQA records after skipping 1"):
+        load_hotpot(path, limit=1, n_sources=2, skip=1)
+
+
+def _bench_rules(*args: str) -> Result:
+    return CliRunner().invoke(
+        main,
+        ["bench", "rules", "--n-min", "2", "--n-max", "2", "--tables", "1", "--no-progress",
+         "--hotpot-questions", "1", *args],
+    )  # fmt: skip
+
+
+def test_bench_rules_says_how_to_do_without_the_default_hotpot_file(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    one_error_line: Callable[[Result], str],
+) -> None:
+    monkeypatch.chdir(tmp_path)  # where ../shared/data does not exist
+    line = one_error_line(_bench_rules("--json", str(tmp_path / "r.json")))
+    assert "relative to the current directory" in line
+    assert "--hotpot PATH" in line and "--hotpot-questions 0" in line
+    assert not (tmp_path / "r.json").exists()  # failed before the synthetic part
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    line = one_error_line(_bench_rules("--json", str(tmp_path / "r.json"), "--hotpot", str(empty)))
+    assert "holds no HotpotQA records" in line

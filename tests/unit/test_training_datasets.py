@@ -65,6 +65,32 @@ def test_clinc150_test_keys_missing_is_clear(tmp_path: Path) -> None:
         load_clinc150(tmp_path, "test")
 
 
+@pytest.mark.parametrize("domains", [[1], {"banking": 5}, {"banking": [1]}])
+def test_clinc150_domains_of_another_shape_are_named(tmp_path: Path, domains: object) -> None:
+    _clinc(tmp_path)
+    (tmp_path / "clinc150" / "domains.json").write_text(json.dumps(domains))
+    with pytest.raises(DataError, match=r"domains\.json: expected an object of domain"):
+        load_clinc150(tmp_path, "dev")
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        ([1], "expected an object"),
+        ({"train": {}, "val": [], "oos_train": [], "oos_val": []}, "'train' must be a list"),
+        ({"train": [[1, 2]], "val": [], "oos_train": [], "oos_val": []}, r"'train'\[0\]"),
+        ({"train": [], "val": [["a"]], "oos_train": [], "oos_val": []}, r"'val'\[0\]"),
+    ],
+)
+def test_clinc150_pairs_of_another_shape_are_named(
+    tmp_path: Path, data: object, match: str
+) -> None:
+    _clinc(tmp_path)
+    (tmp_path / "clinc150" / "data_full.json").write_text(json.dumps(data))
+    with pytest.raises(DataError, match=rf"data_full\.json: {match}"):
+        load_clinc150(tmp_path, "dev")
+
+
 def _stackexchange(root: Path, parts: tuple[str, ...] = ("train", "dev")) -> None:
     for part in parts:
         d = root / "stackexchange_tweac" / part
@@ -116,6 +142,54 @@ def _covid(root: Path) -> None:
         ["goal", "target"],
         [["do harm", "Sure"]],
     )
+
+
+def test_files_that_are_not_utf8_are_named(tmp_path: Path) -> None:
+    garbage = b"\x89\xff\xfe\x00 not text"
+    _covid(tmp_path)
+    faq = tmp_path / "covid" / "deepset_faq_covidbert.csv"
+    good = faq.read_bytes()
+    faq.write_bytes(garbage)
+    with pytest.raises(DataError, match=r"deepset_faq_covidbert\.csv: not UTF-8 text"):
+        load_covid(tmp_path, "dev")
+    faq.write_bytes(good)
+    similar = tmp_path / "covid" / "deepset_eval_question_similarity_en.csv"
+    similar.write_bytes(similar.read_bytes() + garbage)  # past the header: while iterating
+    with pytest.raises(DataError, match=r"question_similarity_en\.csv: not UTF-8 text"):
+        load_covid(tmp_path, "dev")
+    (tmp_path / "clinc150" / "domains.json").write_bytes(garbage)
+    with pytest.raises(DataError, match=r"domains\.json: not UTF-8 text"):
+        load_clinc150(tmp_path, "dev")
+    _stackexchange(tmp_path)
+    site = tmp_path / "stackexchange_tweac" / "dev" / "chess.stackexchange.com.txt"
+    site.write_bytes(site.read_bytes() + garbage)
+    with pytest.raises(DataError, match=r"chess\.stackexchange\.com\.txt: not UTF-8 text"):
+        load_stackexchange(tmp_path, "dev")
+
+
+def test_covid_checks_the_clinc150_files_it_reads(tmp_path: Path) -> None:
+    _covid(tmp_path)
+    full = tmp_path / "clinc150" / "data_full.json"
+    data = json.loads(full.read_text())
+    (tmp_path / "clinc150" / "data_oos_plus.json").write_text(json.dumps({"oos_train": [[1]]}))
+    with pytest.raises(DataError, match=r"data_oos_plus\.json: 'oos_train'\[0\]"):
+        load_covid(tmp_path, "dev")
+    (tmp_path / "clinc150" / "data_oos_plus.json").unlink()
+    full.write_text(json.dumps({**data, "oos_val": [["oos v1", None]]}))
+    with pytest.raises(DataError, match=r"data_full\.json: 'oos_val'\[0\]"):
+        load_covid(tmp_path, "dev")
+    del data["oos_val"]
+    full.write_text(json.dumps(data))
+    with pytest.raises(DataError, match=r"data_full\.json has no 'oos_val' key"):
+        load_covid(tmp_path, "dev")
+
+
+def test_covid_similarity_rows_may_be_short(tmp_path: Path) -> None:
+    _covid(tmp_path)
+    similar = tmp_path / "covid" / "deepset_eval_question_similarity_en.csv"
+    similar.write_text(similar.read_text() + "What is covid?,Covid?\n")  # no `similar` value
+    (task,) = load_covid(tmp_path, "dev")
+    assert "Covid?" not in task.id_eval
 
 
 def test_covid_dev_layout(tmp_path: Path) -> None:

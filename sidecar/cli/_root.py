@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import os
 import sys
 from typing import Any
 
@@ -56,6 +57,14 @@ class _Group(click.Group):
 
 
 def _describe(exc: BaseException) -> str:
+    if (
+        isinstance(exc, FileExistsError)
+        and exc.filename2 is None
+        and os.path.lexists(exc.filename)
+        and not os.path.isdir(exc.filename)
+    ):
+        # a folder was to be made where a file already is ("File exists" says too little)
+        return f"{exc.filename} already exists and is not a directory"
     if isinstance(exc, OSError) and exc.filename is not None:
         what = exc.strerror or type(exc).__name__
         if exc.filename2 is not None:

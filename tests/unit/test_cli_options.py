@@ -86,3 +86,22 @@ def test_an_encoder_directory_without_a_model_is_one_error_line(
 def test_log_level_is_case_insensitive() -> None:
     res = _invoke("--log-level", "debug", "models", "--help")
     assert res.exit_code == 0, res.output
+
+
+def test_a_file_where_a_directory_belongs_is_named_as_such(tmp_path: Path) -> None:
+    from sidecar.cli._root import _describe
+
+    a_file = tmp_path / "regular_file"
+    a_file.write_text("")
+    try:
+        (a_file).mkdir()
+    except FileExistsError as exc:
+        assert _describe(exc) == f"{a_file} already exists and is not a directory"
+    else:  # pragma: no cover - mkdir over a file always fails
+        raise AssertionError("mkdir over a file succeeded")
+    taken_dir = tmp_path / "taken"
+    taken_dir.mkdir()
+    try:
+        taken_dir.mkdir()
+    except FileExistsError as exc:
+        assert _describe(exc) == f"File exists: {taken_dir}"  # a real clash keeps its words

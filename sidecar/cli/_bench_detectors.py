@@ -24,7 +24,6 @@ import numpy as np
 
 from sidecar.cli._options import check_output_file, int_list
 from sidecar.cli._root import bench
-from sidecar.scoring._linf import SCANS, choose_scan
 
 _DIM = 384
 
@@ -232,6 +231,8 @@ def _kdtree_references(
     models: dict[str, Any], test: np.ndarray, repeats: int, min_time: float
 ) -> dict[str, Any]:
     """The cube's and rectangle's nearest-ID search: compiled scan vs the KD-tree."""
+    from sidecar.scoring._linf import SCANS, choose_scan
+
     out: dict[str, Any] = {}
     for kind in ("epsilon_cube", "epsilon_rect"):
         if kind not in models:

@@ -50,15 +50,17 @@ def _settings(store_dir: Path | None, redis_url: str | None, **store_overrides: 
 
 
 @contextmanager
-def _opened(settings: Settings, *, read_only: bool = False) -> Iterator[ModelStore]:
-    """The configured store; with ``read_only``, a directory store must already exist.
+def _opened(settings: Settings, *, create: bool = True) -> Iterator[ModelStore]:
+    """The configured store; unless ``create``, a directory store must already exist.
 
-    Opening a directory store creates its root, which a command that only reads must not
-    do for a mistyped --store-dir (it would list an empty store, or create a stray one).
+    Opening a directory store creates its root. Only a command that puts a new version
+    (import, calibrate --publish) may do that: for a command that reads, moves a pointer
+    or deletes, a mistyped --store-dir would list an empty store, report "no version", or
+    leave a stray empty store behind.
     """
     from sidecar._stores import open_store
 
-    if read_only and settings.store.backend == "directory":
+    if not create and settings.store.backend == "directory":
         _check_store_dir(settings.store.directory)
     s = open_store(settings)
     try:
@@ -82,9 +84,34 @@ def _open(
     redis_url: str | None,
     *,
     read_only: bool = False,
+    create: bool = True,
     **store_overrides: Any,
 ) -> AbstractContextManager[ModelStore]:
-    return _opened(_settings(store_dir, redis_url, **store_overrides), read_only=read_only)
+    """The store of --store-dir / --redis-url / settings.
+
+    ``read_only`` (the command only reads) implies ``create=False``; a command that
+    changes pointers or deletes versions gives ``create=False`` itself.
+    """
+    settings = _settings(store_dir, redis_url, **store_overrides)
+    return _opened(settings, create=create and not read_only)
+
+
+def _check_loadable(artifact: Artifact, *, refused: str) -> None:
+    """Raise :class:`~model_store.IncompatibleArtifact` unless a worker can load ``artifact``.
+
+    Checksums and signature say the bytes are intact, not that the model section makes
+    sense; a version no worker can load must never become active. ``refused`` says what
+    did not happen ("nothing was imported").
+    """
+    from model_store import IncompatibleArtifact
+    from sidecar.scoring import OODModel  # numpy and scikit-learn; only when needed
+
+    try:
+        OODModel.from_artifact(artifact)
+    except IncompatibleArtifact as exc:
+        raise IncompatibleArtifact(
+            f"{artifact.kb}/{artifact.version} is not a loadable model: {exc}; {refused}"
+        ) from exc
 
 
 def _resolve(store: ModelStore, kb: str, ref: str) -> str:
@@ -216,9 +243,13 @@ def show_command(
 @click.argument("version")
 @_store_options
 def promote_command(kb: str, version: str, store_dir: Path | None, redis_url: str | None) -> None:
-    """Make VERSION the active model of KB; running sidecars swap to it."""
-    with _open(store_dir, redis_url) as store:
+    """Make VERSION the active model of KB; running sidecars swap to it.
+
+    VERSION is loaded first: one that no worker could load is refused.
+    """
+    with _open(store_dir, redis_url, create=False) as store:
         v = _resolve(store, kb, version)
+        _check_loadable(store.get(kb, v), refused="nothing was promoted")
         event = store.promote(kb, v)
     if event is None:
         click.echo(f"{kb}: {v} is already active")
@@ -231,7 +262,7 @@ def promote_command(kb: str, version: str, store_dir: Path | None, redis_url: st
 @_store_options
 def rollback_command(kb: str, store_dir: Path | None, redis_url: str | None) -> None:
     """Return KB to the version that was active before the current one."""
-    with _open(store_dir, redis_url) as store:
+    with _open(store_dir, redis_url, create=False) as store:
         event = store.rollback(kb)
     click.echo(f"{kb}: rolled back {event.previous} -> {event.version}")
 
@@ -303,13 +334,15 @@ def import_command(
     store_dir: Path | None,
     redis_url: str | None,
 ) -> None:
-    """Verify an artifact DIRECTORY (checksums; signature when a key is set) and store it."""
+    """Verify an artifact DIRECTORY (checksums; signature when a key is set; that its
+    model loads) and store it."""
     from sidecar._stores import signing_key
 
     settings = _settings(store_dir, redis_url)
     # Verified before the store is opened: a rejected artifact needs no connection.
     artifact = _load_for_import(directory, signing_key(settings), allow_unsigned=allow_unsigned)
-    with _opened(settings) as store:
+    _check_loadable(artifact, refused="nothing was imported")
+    with _opened(settings, create=True) as store:
         version = store.put(artifact)
         event = store.promote(artifact.kb, version) if promote else None
     click.echo(f"imported {artifact.kb}/{version}" + (" and promoted it" if event else ""))
@@ -347,7 +380,7 @@ def gc_command(
 ) -> None:
     """Delete old versions beyond the retention (never the active or previous one)."""
     overrides: dict[str, Any] = {"retention": retention} if retention else {}
-    with _open(store_dir, redis_url, **overrides) as store:
+    with _open(store_dir, redis_url, create=False, **overrides) as store:
         for name in [kb] if kb else store.kbs():
             deleted = store.gc(name)
             click.echo(

@@ -5,30 +5,41 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from click.testing import CliRunner, Result
 
-from model_store import DirectoryStore, RedisStore, build_artifact, save_dir
+from model_store import Artifact, DirectoryStore, ModelStore, RedisStore, build_artifact, save_dir
 from sidecar.cli import main
 from sidecar.embedded import EmbeddedRedis
+from sidecar.scoring import fit_ood_model
 
 pytestmark = pytest.mark.integration
 
 
+def _artifact(seed: int = 0) -> Artifact:
+    """A tiny real model (8 dims, logreg on 2 PCs) that a worker can load; ``seed`` varies
+    its content, hence its version."""
+    rng = np.random.default_rng(seed)
+    return fit_ood_model(
+        kb="demo",
+        encoder={"name": "e", "dim": 8},
+        kb_embeddings=rng.normal(size=(30, 8)),
+        id_embeddings=rng.normal(size=(30, 8)),
+        ood_embeddings=rng.normal(2.0, 1.0, size=(30, 8)),
+        calibration_embeddings=rng.normal(size=(20, 8)),
+        target_frr=0.1,
+        detector="logreg",
+        criterion="evr",
+        m=2,
+        k=4,
+    ).to_artifact()
+
+
 def _artifact_dirs(tmp_path: Path, n: int = 3) -> list[Path]:
-    dirs = []
-    for i in range(n):
-        art = build_artifact(
-            kb="demo",
-            encoder={"name": "e", "dim": 4},
-            model={"kind": "combined", "i": i},
-            arrays={"w": np.full(4, float(i))},
-            metrics={"auroc": 0.9},
-        )
-        dirs.append(save_dir(art, tmp_path / f"art{i}"))
-    return dirs
+    return [save_dir(_artifact(i), tmp_path / f"art{i}") for i in range(n)]
 
 
 @pytest.fixture(params=["directory", "redis"])
@@ -36,6 +47,7 @@ def where(request: pytest.FixtureRequest, tmp_path: Path) -> list[str]:
     if request.param == "redis":
         server: EmbeddedRedis = request.getfixturevalue("redis_server")
         return ["--redis-url", server.url]
+    (tmp_path / "store").mkdir()  # an empty store: only import may create one
     return ["--store-dir", str(tmp_path / "store")]
 
 
@@ -54,12 +66,12 @@ def test_models_cli_lifecycle(tmp_path: Path, where: list[str]) -> None:
     rows = json.loads(run("models", "list", "demo", "--json", *where))
     assert [r["state"] for r in rows] == ["previous", "active"]
     table = run("models", "list", *where)
-    assert "*" in table and "VERSION" in table and "combined" in table
+    assert "*" in table and "VERSION" in table and "logreg" in table
 
     assert f"-> {rows[0]['version']}" in run("models", "rollback", "demo", *where)
     out = run("models", "show", "demo", *where)
     assert "rollback" in out and f"active:   {rows[0]['version']}" in out
-    assert '"kind": "combined"' in run("models", "show", "demo", "active", *where)
+    assert '"kind": "logreg"' in run("models", "show", "demo", "active", *where)
 
     run("models", "export", "demo", "active", str(tmp_path / "exported"), *where)
     assert (tmp_path / "exported" / "manifest.json").is_file()
@@ -117,9 +129,7 @@ def test_store_dir_that_is_a_file_does_not_suggest_retrying(
 
 
 def _signed_dir(tmp_path: Path, name: str, key: bytes, *, tamper: bool = False) -> Path:
-    art = build_artifact(
-        kb="demo", encoder={"name": "e", "dim": 4}, model={"kind": "combined"}, arrays={}
-    ).signed(key)
+    art = _artifact(seed=100).signed(key)  # not the content of _artifact_dirs' models
     d = save_dir(art, tmp_path / name)
     if tamper:  # edited after signing: the checksums still hold, the signature does not
         manifest = json.loads((d / "manifest.json").read_text())
@@ -151,3 +161,66 @@ def test_allow_unsigned_still_rejects_a_wrong_signature(
         result = CliRunner(env=env).invoke(main, args)
         assert result.exit_code == 0, result.output
     assert len(DirectoryStore(store_dir, hmac_key=b"k").versions("demo")) == 2
+
+
+@pytest.mark.parametrize("command", [["gc"], ["promote", "demo", "active"], ["rollback", "demo"]])
+def test_commands_that_change_a_store_refuse_a_missing_store_dir(
+    tmp_path: Path, command: list[str], one_error_line: Callable[[Result], str]
+) -> None:
+    missing = tmp_path / "mistyped"
+    args = ["models", *command, "--store-dir", str(missing)]
+    line = one_error_line(CliRunner().invoke(main, args))
+    assert f"store directory {missing} does not exist" in line
+    assert not missing.exists()  # no stray empty store
+
+
+def _broken(model: dict[str, Any], arrays: dict[str, np.ndarray], what: str) -> str:
+    """Edit a copy of a loadable model section in place; return what the error must name."""
+    if what == "kind":
+        model["kind"] = "bogus"
+        return "unknown detector kind 'bogus'"
+    if what == "threshold":
+        model["threshold"] = "abc"
+        return "'abc'"
+    arrays["detector.coef"] = arrays["detector.coef"][:1]  # 1 weight for 2 features
+    return "malformed"
+
+
+def _unloadable(what: str) -> tuple[Artifact, str]:
+    """An artifact whose checksums are right (built afresh) but that no worker can load."""
+    good = _artifact()
+    model = json.loads(json.dumps(good.manifest["model"]))
+    arrays = dict(good.arrays)
+    problem = _broken(model, arrays, what)
+    art = build_artifact(kb="demo", encoder=good.manifest["encoder"], model=model, arrays=arrays)
+    return art, problem
+
+
+def _store(where: list[str]) -> ModelStore:
+    flag, value = where
+    return DirectoryStore(Path(value)) if flag == "--store-dir" else RedisStore(value)
+
+
+@pytest.mark.parametrize("what", ["kind", "threshold", "short-array"])
+def test_an_unloadable_model_is_neither_imported_nor_promoted(
+    tmp_path: Path, where: list[str], what: str, one_error_line: Callable[[Result], str]
+) -> None:
+    (good,) = _artifact_dirs(tmp_path, 1)
+    run("models", "import", str(good), "--promote", *where)
+    before = json.loads(run("models", "list", "--json", *where))
+    bad, problem = _unloadable(what)
+
+    args = ["models", "import", str(save_dir(bad, tmp_path / "bad")), "--promote", *where]
+    line = one_error_line(CliRunner().invoke(main, args))
+    assert "not a loadable model" in line and problem in line and "nothing was imported" in line
+    assert json.loads(run("models", "list", "--json", *where)) == before
+
+    store = _store(where)  # stored behind the CLI's back, as an older release could have
+    try:
+        version = store.put(bad)
+    finally:
+        store.close()
+    line = one_error_line(CliRunner().invoke(main, ["models", "promote", "demo", version, *where]))
+    assert problem in line and "nothing was promoted" in line
+    rows = json.loads(run("models", "list", "--json", *where))
+    assert [r["version"] for r in rows if r["state"] == "active"] == [before[0]["version"]]

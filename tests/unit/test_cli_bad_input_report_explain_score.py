@@ -175,7 +175,15 @@ def _artifact(i: int = 0) -> Any:
 
 
 def test_writing_commands_still_create_the_store_dir(tmp_path: Path) -> None:
-    art = save_dir(_artifact(), tmp_path / "art")
+    from sidecar.scoring import fit_ood_model
+
+    # import loads what it stores: a real (KB-only) model, not _artifact()'s stand-in
+    kb = np.random.default_rng(0).normal(size=(12, 4))
+    model = fit_ood_model(
+        kb="demo", encoder={"name": "e", "dim": 4}, kb_embeddings=kb[:8],
+        id_embeddings=kb[8:], detector="residual", target_frr=0.3, k=3,
+    )  # fmt: skip
+    art = save_dir(model.to_artifact(), tmp_path / "art")
     store = tmp_path / "new-store"
     res = _invoke("models", "import", str(art), "--store-dir", str(store))
     assert res.exit_code == 0, res.output

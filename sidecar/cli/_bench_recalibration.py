@@ -23,6 +23,7 @@ from sidecar.cli._options import (
     encoder_option,
     no_progress_option,
     seed_option,
+    select_kbs,
     target_frr_option,
 )
 from sidecar.cli._root import bench
@@ -90,12 +91,7 @@ def recalibration_command(
     if detector not in detector_kinds():
         raise ConfigError(f"unknown detector {detector!r}; one of {', '.join(detector_kinds())}")
     tasks = load_benchmark(benchmark, data_dir, "dev")
-    if kbs:
-        wanted = [k.strip() for k in kbs.split(",") if k.strip()]
-        missing = sorted(set(wanted) - {t.name for t in tasks})
-        if missing:
-            raise ConfigError(f"{benchmark} has no KB {missing}; it has {[t.name for t in tasks]}")
-        tasks = [t for t in tasks if t.name in wanted]
+    tasks = select_kbs(tasks, kbs, benchmark)
     settings = load_settings()
     enc = load_encoder(settings.scoring, name=encoder, threads=available_cpus())
     cache = EmbeddingCache(enc, cache_dir, progress=not no_progress)

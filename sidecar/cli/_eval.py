@@ -18,6 +18,7 @@ from sidecar.cli._options import (
     encoder_option,
     no_progress_option,
     seed_option,
+    select_kbs,
     target_frr_option,
     threshold_rule_option,
 )
@@ -156,12 +157,7 @@ def eval_command(
     if caps and benchmark != "stackexchange":
         raise ConfigError("--max-train-per-kb / --max-eval-per-kb apply to stackexchange only")
     tasks = load_benchmark(benchmark, data_dir, split, **caps)
-    if kbs:
-        wanted = [k.strip() for k in kbs.split(",") if k.strip()]
-        missing = sorted(set(wanted) - {t.name for t in tasks})
-        if missing:
-            raise ConfigError(f"{benchmark} has no KB {missing}; it has {[t.name for t in tasks]}")
-        tasks = [t for t in tasks if t.name in wanted]
+    tasks = select_kbs(tasks, kbs, benchmark)
     dets = (
         DETECTORS
         if detectors == "all"

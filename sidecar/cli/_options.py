@@ -142,3 +142,19 @@ def int_list(low: int) -> Callable[[click.Context, click.Parameter, str], list[i
         return out
 
     return parse
+
+
+def select_kbs(tasks: list[Any], kbs: str | None, benchmark: str) -> list[Any]:
+    """The benchmark's tasks named in ``--kbs`` (comma-separated; None or "": all of them).
+
+    Raises ConfigError naming the KBs the benchmark does not have, and the ones it has.
+    """
+    from sidecar.errors import ConfigError
+
+    wanted = [k.strip() for k in (kbs or "").split(",") if k.strip()]
+    if not wanted:
+        return tasks
+    missing = sorted(set(wanted) - {t.name for t in tasks})
+    if missing:
+        raise ConfigError(f"{benchmark} has no KB {missing}; it has {[t.name for t in tasks]}")
+    return [t for t in tasks if t.name in wanted]

@@ -372,7 +372,8 @@ def _load_for_import(directory: Path, key: bytes | None, *, allow_unsigned: bool
     "--retention",
     type=click.IntRange(2),
     default=None,
-    help="Versions to keep per KB [default: settings, store.retention].",
+    help="Newest versions to keep per KB; the active and previous ones are kept as well, "
+    "whatever their age [default: settings, store.retention].",
 )
 @_store_options
 def gc_command(

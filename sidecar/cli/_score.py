@@ -113,6 +113,8 @@ def score_command(
         if text is None:
             click.echo(f"  DLQ  {doc['reason']}: {doc['detail']}")
             continue
+        # control characters escaped: a query must not drive the operator's terminal
+        text = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
         shown = text if len(text) <= _TEXT_WIDTH else text[: _TEXT_WIDTH - 1] + "…"
         score = f"{doc['score']:+9.4f}" if doc["score"] is not None else f"{doc['reason']:>9}"
         click.echo(f"  {doc['verdict']:<4} {score}  {shown}")

@@ -133,6 +133,8 @@ def train_command(**opts: Any) -> None:
     (conformal quantile) and writes OUT (manifest.json + arrays.npz, no pickle). With no
     KB options it trains on the built-in demo KB, so `sidecar train --out DIR` just works.
     """
+    from sidecar.errors import ConfigError
+
     # Options that would be silently ignored are refused: the run would not do what was
     # asked, and might only show it minutes later.
     for given, needs, option in (
@@ -148,6 +150,12 @@ def train_command(**opts: Any) -> None:
     # Where the results go is checked first: training can take minutes, and finding out
     # only at save time that OUT is a file throws all of that away.
     check_output_dir(opts["out"], "--out")
+    out_dir: Path = opts["out"]
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / "manifest.json").exists():
+        raise ConfigError(
+            f"--out {out_dir} holds other files; give a new or empty directory (or a "
+            "previous artifact's, to replace it)"
+        )
     if not opts["no_report"]:
         check_output_dir(opts["report_dir"] or opts["out"] / "report", "--report")
     if opts["stats_json"]:

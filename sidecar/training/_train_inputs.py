@@ -47,13 +47,19 @@ def load_inputs(
     ):
         _either(opts, text_key, emb_key)
     demo = not opts.get("kb_path") and not opts.get("kb_embeddings")
+    queries = ("id_queries", "id_embeddings", "ood_queries", "ood_embeddings")
+    if demo and any(opts.get(k) for k in queries):
+        # the built-in demo is all or nothing: the user's queries against the demo KB (or
+        # the demo's ID queries beside the user's OOD ones) would train a meaningless model
+        raise ConfigError(
+            "training queries were given without a KB: add --kb (or --kb-embeddings); the "
+            "built-in demo KB is used only when no inputs are given"
+        )
     kb_path = opts.get("kb_path") or (demo_path(DEMO_KB) if demo else None)
     id_path = opts.get("id_queries")
     ood_path = opts.get("ood_queries")
-    if demo and not id_path and not opts.get("id_embeddings"):
-        id_path = demo_path(DEMO_ID_QUERIES)
-        if not ood_path and not opts.get("ood_embeddings"):
-            ood_path = demo_path(DEMO_OOD_QUERIES)
+    if demo:
+        id_path, ood_path = demo_path(DEMO_ID_QUERIES), demo_path(DEMO_OOD_QUERIES)
     if not id_path and not opts.get("id_embeddings"):
         raise ConfigError("ID training queries are required: --id-queries or --id-embeddings")
 

@@ -115,3 +115,11 @@ def test_errors_are_one_line(trained: tuple[Path, Path], tmp_path: Path) -> None
         res = CliRunner().invoke(main, args)
         assert res.exit_code == 2, (args, res.output)
         assert message in res.output and "Traceback" not in res.output, res.output
+
+
+def test_control_characters_in_a_query_are_escaped_in_the_table(trained: tuple[Path, Path]) -> None:
+    out, _ = trained
+    res = CliRunner().invoke(main, ["score", "--artifact", str(out), "red \x1b[31malert\x07"])
+    assert res.exit_code == 0, res.output
+    assert "\x1b" not in res.output and "\x07" not in res.output
+    assert "red \\x1b[31malert\\x07" in res.output

@@ -105,3 +105,19 @@ def test_a_file_where_a_directory_belongs_is_named_as_such(tmp_path: Path) -> No
         taken_dir.mkdir()
     except FileExistsError as exc:
         assert _describe(exc) == f"File exists: {taken_dir}"  # a real clash keeps its words
+
+
+def test_train_refuses_queries_without_a_kb_and_an_out_dir_of_other_files(
+    tmp_path: Path, one_error_line: Callable[[Result], str]
+) -> None:
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"text": "how do I reset my password"}\n')
+    for option in ("--id-queries", "--ood-queries"):
+        res = _invoke("train", "--out", str(tmp_path / "o"), "--no-progress", option, str(queries))
+        assert "training queries were given without a KB" in one_error_line(res)
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "notes.txt").write_text("mine\n")
+    res = _invoke("train", "--out", str(busy), "--no-progress")
+    assert "holds other files" in one_error_line(res)
+    assert sorted(p.name for p in busy.iterdir()) == ["notes.txt"]

@@ -80,7 +80,7 @@ def calibrate_command(**opts: Any) -> None:
     """
     from model_store import load_dir, save_dir
     from sidecar.errors import ConfigError
-    from sidecar.scoring import OODModel, recalibrate
+    from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel, recalibrate
     from sidecar.settings import load_settings
 
     if not opts["out"] and not opts["publish"]:
@@ -110,7 +110,7 @@ def calibrate_command(**opts: Any) -> None:
             art = store.get(kb_name, _resolve(store, kb_name, opts["ref"]))
     model = OODModel.from_artifact(art)
     E = _embeddings(model, opts, settings)
-    target = opts["target_frr"] or float(model.params.get("target_frr") or 0.01)
+    target = opts["target_frr"] or float(model.params.get("target_frr") or DEFAULT_TARGET_FRR)
     new = recalibrate(model, E, target)
     old = new.metrics["recalibrated_from"]
     artifact = new.to_artifact()

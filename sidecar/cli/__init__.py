@@ -14,6 +14,7 @@ from sidecar.cli import (  # noqa: F401  (imported for registration)
     _models,
     _prepare,
     _score,
+    _settings,
     _train,
     _worker,
 )

@@ -144,3 +144,27 @@ def test_redis_url_password_not_in_repr_but_url_unchanged() -> None:
         assert SECRET not in shown and "redis://***@h:6379/0" in shown
     assert s.redis.url == url and isinstance(s.redis.url, str)
     assert s.redis.masked_url == "redis://***@h:6379/0"
+
+
+def test_the_settings_command_prints_what_won_with_secrets_masked(
+    monkeypatch: pytest.MonkeyPatch, secrets_dir: Path
+) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from sidecar.cli import main
+
+    (secrets_dir / "redis__password").write_text("from-a-file\n")
+    monkeypatch.setenv("SIDECAR_STORE__HMAC_KEY", "hmac-from-env")
+    monkeypatch.setenv("SIDECAR_REDIS__URL", "redis://:url-password@cache:6380/2")
+    monkeypatch.setenv("SIDECAR_SCORING__KBS", '["hr", "it"]')
+    res = CliRunner().invoke(main, ["settings"])
+    assert res.exit_code == 0, res.output
+    for secret in ("from-a-file", "hmac-from-env", "url-password"):
+        assert secret not in res.output
+    doc = json.loads(res.output)
+    assert doc["scoring"]["kbs"] == ["hr", "it"] and doc["redis"]["password"] == "**********"
+    assert doc["store"]["hmac_key"] == "**********"
+    assert doc["redis"]["url"] == "redis://***@cache:6380/2"
+    assert doc["kafka"]["sasl_password"] is None  # unset stays null, not masked

@@ -81,7 +81,7 @@ def recalibration_command(
     from threadpoolctl import threadpool_limits
     from tqdm import tqdm
 
-    from sidecar.errors import ConfigError
+    from sidecar.errors import ConfigError, DataError
     from sidecar.scoring import available_cpus, detector_kinds, load_encoder
     from sidecar.settings import load_settings
     from sidecar.training import EmbeddingCache, load_benchmark
@@ -99,17 +99,24 @@ def recalibration_command(
     per_kb: dict[str, Any] = {}
     with threadpool_limits(limits=blas_threads):
         for task in tqdm(tasks, desc="KBs", unit="KB", disable=no_progress):
-            per_kb[task.name] = recalibration_study(
-                task,
-                cache.embed,
-                encoder={"name": enc.name, "dim": enc.dim},
-                detector=detector,
-                seed=seed,
-                target_frr=target_frr,
-            )
+            try:
+                per_kb[task.name] = recalibration_study(
+                    task,
+                    cache.embed,
+                    encoder={"name": enc.name, "dim": enc.dim},
+                    detector=detector,
+                    seed=seed,
+                    target_frr=target_frr,
+                )
+            except DataError as exc:  # too few queries for the target: the others still count
+                click.echo(f"skipped: {exc}", err=True)
+                per_kb[task.name] = {"skipped": str(exc)}
+    done = [r for r in per_kb.values() if "skipped" not in r]
+    if not done:
+        raise DataError("no KB could be studied (each one's reason is above)")
     mean = {
         side: {
-            k: sum(r[side][k] for r in per_kb.values()) / len(per_kb)
+            k: sum(r[side][k] for r in done) / len(done)
             for k in ("false_reject_rate", "ood_accept_rate", "balanced_accuracy")
         }
         for side in ("shipped", "recalibrated")
@@ -127,6 +134,7 @@ def recalibration_command(
         "OOD evaluation query judges the shipped and the recalibrated threshold; figures "
         "are means over the two halves, then over KBs",
         "mean": mean,
+        "n_kbs": len(done),
         "kbs": per_kb,
         "wall_s": round(time.perf_counter() - t0, 1),
     }

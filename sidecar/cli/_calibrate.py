@@ -15,8 +15,13 @@ from typing import Any
 
 import click
 
-from sidecar.cli._models import _open, _resolve, _store_options
-from sidecar.cli._options import cache_dir_option, check_output_dir, no_progress_option
+from sidecar.cli._models import _load_for_import, _open, _resolve, _settings, _store_options
+from sidecar.cli._options import (
+    cache_dir_option,
+    check_output_dir,
+    encoder_option,
+    no_progress_option,
+)
 from sidecar.cli._root import main
 
 
@@ -52,7 +57,7 @@ from sidecar.cli._root import main
     type=click.FloatRange(0, 1, min_open=True, max_open=True),
     default=None,
     help="False-reject rate to calibrate to [default: the model's own target]. Needs at "
-    "least 1/rate - 1 queries (99 for 0.01).",
+    "least 1/rate - 1 queries, rounded up (99 for 0.01, 33 for 0.03).",
 )
 @click.option(
     "--out", type=click.Path(path_type=Path), default=None, help="Write the new artifact here."
@@ -64,6 +69,14 @@ from sidecar.cli._root import main
     "or the configured one with --artifact).",
 )
 @click.option("--no-promote", is_flag=True, help="With --publish: store without activating.")
+@click.option(
+    "--allow-unsigned",
+    is_flag=True,
+    help="With --artifact --publish and a signing key configured: also accept an artifact "
+    "without a signature (as `models import --allow-unsigned`); a wrong signature is "
+    "always refused.",
+)
+@encoder_option
 @_store_options
 @cache_dir_option
 @no_progress_option
@@ -101,7 +114,15 @@ def calibrate_command(**opts: Any) -> None:
             raise ConfigError("--artifact recalibrates that directory: leave out --version")
         if not opts["publish"] and (store_dir or redis_url):
             raise ConfigError("--store-dir / --redis-url name where --publish puts the model")
-        art = load_dir(opts["artifact"])
+        if opts["publish"]:
+            # Verified as `models import` verifies: put() signs with the store's key, so an
+            # unverified directory would come out signed.
+            from sidecar._stores import signing_key
+
+            key = signing_key(_settings(store_dir, redis_url))
+            art = _load_for_import(opts["artifact"], key, allow_unsigned=opts["allow_unsigned"])
+        else:
+            art = load_dir(opts["artifact"])
         if opts["kb"] is not None and opts["kb"] != art.manifest.get("kb"):
             kb_of = art.manifest.get("kb")
             raise ConfigError(f"{opts['artifact']} is a model of KB {kb_of!r}, not {opts['kb']!r}")
@@ -114,6 +135,11 @@ def calibrate_command(**opts: Any) -> None:
     new = recalibrate(model, E, target)
     old = new.metrics["recalibrated_from"]
     artifact = new.to_artifact()
+    if old.get("threshold_rule") == "balanced":
+        click.echo(
+            "note: the source threshold was chosen by the balanced rule; the new one is the "
+            "conformal quantile for the target false-reject rate"
+        )
     click.echo(
         f"KB {model.kb!r}, version {art.version[:12]} -> {artifact.version[:12]}, "
         f"{new.metrics['n_calibration']} ID queries, target FRR {target:g}"
@@ -149,7 +175,9 @@ def _embeddings(model: Any, opts: dict[str, Any], settings: Any) -> Any:
     from sidecar.training import EmbeddingCache, read_queries
 
     texts = read_queries(opts["id_queries"])
-    enc = load_encoder(settings.scoring, name=str(model.encoder["name"]), threads=available_cpus())
+    # The worker's encoder (settings, or --encoder): the model records only its name, which
+    # for a local directory is the folder's name, not a path to load it from.
+    enc = load_encoder(settings.scoring, name=opts["encoder"], threads=available_cpus())
     model.check_encoder(enc.name, enc.dim)
     cache = EmbeddingCache(enc, opts["cache_dir"], progress=not opts["no_progress"])
     return cache.embed(texts, desc="encoding ID queries")

@@ -65,9 +65,10 @@ def score_command(
 
     The model is the KB's active version in the store by default (--version picks another,
     e.g. a candidate stored with `sidecar train --publish --no-promote`), or an artifact
-    directory (--artifact; checksums verified). The encoder is the one the model was
-    built with, on the configured backend. Records the stream would dead-letter are shown
-    with their reason code; the exit status is 0 either way.
+    directory (--artifact; checksums verified). The encoder is the worker's (settings:
+    scoring.encoder and its backend), checked against the one the model was built with.
+    Records the stream would dead-letter are shown with their reason code; the exit status
+    is 0 either way.
     """
     from model_store import load_dir
     from sidecar.errors import ConfigError, DataError
@@ -162,7 +163,9 @@ def _score(settings: Any, art: Any, version: str, values: list[bytes]) -> Any:
 
     model = OODModel.from_artifact(art)
     kb = model.kb
-    encoder = load_encoder(settings.scoring, name=str(model.encoder["name"]))
+    # The worker's encoder: the model records only its name, which for a local directory
+    # is the folder's name, not a path to load it from.
+    encoder = load_encoder(settings.scoring)
     model.check_encoder(encoder.name, encoder.dim)
     loaded = LoadedModel(kb=kb, version=version, model=model, loaded_at=time.time())
 

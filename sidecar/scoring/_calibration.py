@@ -132,6 +132,7 @@ def recalibrate(model: OODModel, id_embeddings: Any, target_frr: float) -> OODMo
             "version": model.version,
             "threshold": float(model.threshold),
             "target_frr": model.params.get("target_frr"),
+            "threshold_rule": model.params.get("threshold_rule", "frr"),
             "frr_on_recalibration_queries": float(np.mean(scores > model.threshold)),
         }
     )
@@ -144,5 +145,10 @@ def recalibrate(model: OODModel, id_embeddings: Any, target_frr: float) -> OODMo
             "recalibrated_from": old,
         }
     )
-    params = {**model.params, "target_frr": float(target_frr), "calibration": "recalibrated"}
+    params = {
+        **model.params,
+        "target_frr": float(target_frr),
+        "threshold_rule": "frr",
+        "calibration": "recalibrated",
+    }
     return dataclasses.replace(model, threshold=thr, metrics=metrics, params=params, version=None)

@@ -167,12 +167,11 @@ def _nearest_kernel(
                     if acc[k] < best:
                         best = acc[k]
                 k0 += _LANES
-            for k in range(k0, end):  # the block's last few points
-                d = np.float32(0.0)
-                for j in range(m):
+            for k in range(k0, end):  # the block's last few points, as the lanes above
+                d = abs(Q[i, 0] - Pt[0, k])
+                for j in range(1, m):
                     x = abs(Q[i, j] - Pt[j, k])
-                    if x > d:
-                        d = x
+                    d = x if x > d else d
                 if d < best:
                     best = d
         out[i] = best
@@ -229,6 +228,8 @@ class BruteLinf:
         ``scan`` overrides the instance's scan for this call.
         """
         name = scan or self.scan
+        if name not in ("auto", *SCANS):
+            raise ValueError(f"unknown L-inf scan {name!r}; one of auto, rows, lanes")
         if name == "auto":
             name = choose_scan(self._Pt.shape[0])
         Q32 = np.ascontiguousarray(Q, dtype=np.float32)

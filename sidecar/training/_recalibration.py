@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from sidecar.errors import ConfigError
-from sidecar.scoring import OODModel, recalibrate
+from sidecar.errors import ConfigError, DataError
+from sidecar.scoring import OODModel, min_calibration_size, recalibrate
 from sidecar.training._datasets import KBTask
 from sidecar.training._metrics import balanced_accuracy
 from sidecar.training._search import search
@@ -58,9 +58,18 @@ def recalibration_study(
             f"KB {task.name!r} has no training queries apart from its evaluation queries "
             "(it is cross-fitted); the study needs a benchmark with its own training split"
         )
+    E_ide, E_oode = embed(task.id_eval), embed(task.ood_eval)
+    rng = np.random.default_rng(seed)
+    halves = group_folds(near_duplicate_groups(E_ide), 2, rng)
+    need = min_calibration_size(target_frr)
+    if min(h.size for h in halves) < need:  # found out before the training, not after
+        raise DataError(
+            f"KB {task.name!r}: a half of its {len(E_ide)} evaluation ID queries holds "
+            f"{min(h.size for h in halves)}, fewer than the {need} a false-reject rate of "
+            f"{target_frr:g} needs"
+        )
     E_kb, E_idt = embed(task.kb_texts), embed(task.id_train)
     E_oodt = embed(task.ood_train) if task.ood_train else None
-    E_ide, E_oode = embed(task.id_eval), embed(task.ood_eval)
     # Trained as the evaluation harness trains a KB with its own training split.
     splits = carve_splits(
         E_kb,
@@ -75,8 +84,6 @@ def recalibration_study(
         splits, detector, kb_name=task.name, encoder=encoder, seed=seed, target_frr=target_frr
     ).model
     s_id, s_ood = model.score(E_ide), model.score(E_oode)
-    rng = np.random.default_rng(seed)
-    halves = group_folds(near_duplicate_groups(E_ide), 2, rng)
     rows: list[dict[str, Any]] = []
     for h, cal in enumerate(halves):
         judged = halves[1 - h]

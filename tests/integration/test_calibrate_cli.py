@@ -114,3 +114,23 @@ def test_bad_requests_get_one_error_line(
         res = _run(*args)
         assert res.exit_code == 2 and "Traceback" not in res.output, res.output
     assert not (tmp_path / "a").exists()  # nothing written by a refused run
+
+
+def test_publishing_an_artifact_directory_checks_its_signature_like_import(
+    trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    one_error_line: Callable[[Result], str],
+) -> None:  # fmt: skip
+    model = OODModel.from_artifact(load_dir(trained))
+    np.save(tmp_path / "live.npy", _live(model, 120))
+    monkeypatch.setenv("SIDECAR_STORE__HMAC_KEY", "the-store-key")
+    store_dir = tmp_path / "store"
+    args = ["--artifact", str(trained), "--id-embeddings", str(tmp_path / "live.npy"),
+            "--publish", "--store-dir", str(store_dir)]  # fmt: skip
+    # put() signs with the store's key: an unsigned directory must not come out signed
+    assert "unsigned" in one_error_line(_run(*args))
+    assert not store_dir.exists()
+    res = _run(*args, "--allow-unsigned")
+    assert res.exit_code == 0, res.output
+    store = DirectoryStore(store_dir, hmac_key=b"the-store-key")
+    (version,) = store.versions(model.kb)
+    assert store.get(model.kb, version).manifest["signature"]

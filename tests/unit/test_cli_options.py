@@ -105,6 +105,8 @@ def test_a_file_where_a_directory_belongs_is_named_as_such(tmp_path: Path) -> No
         taken_dir.mkdir()
     except FileExistsError as exc:
         assert _describe(exc) == f"File exists: {taken_dir}"  # a real clash keeps its words
+    else:  # pragma: no cover - mkdir over a directory always fails
+        raise AssertionError("mkdir over a directory succeeded")
 
 
 def test_train_refuses_queries_without_a_kb_and_an_out_dir_of_other_files(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -66,8 +68,8 @@ def test_min_calibration_size_is_the_first_size_with_a_conformal_rank(target, n)
     from sidecar.scoring import min_calibration_size
 
     assert min_calibration_size(target) == n
-    ok = np.arange(float(n))
-    assert conformal_threshold(ok, target) < ok.max() or n == 1 / target - 1
+    rank = math.ceil((n + 1) * (1 - target))  # the conformal rank of n scores
+    assert rank <= n and math.ceil(n * (1 - target)) > n - 1  # n has one, n - 1 has none
 
 
 def _shifted_model():
@@ -135,3 +137,15 @@ def test_recalibration_refuses_too_few_queries_for_the_target() -> None:
     with pytest.raises(DataError, match=r"98 ID queries cannot calibrate .* at least 99"):
         recalibrate(model, live[:98], 0.01)
     assert recalibrate(model, live[:99], 0.01).metrics["n_calibration"] == 99
+
+
+def test_a_balanced_rule_model_recalibrated_says_frr_and_keeps_the_old_rule() -> None:
+    import dataclasses
+
+    from sidecar.scoring import recalibrate
+
+    model, live = _shifted_model()
+    balanced = dataclasses.replace(model, params={**model.params, "threshold_rule": "balanced"})
+    new = recalibrate(balanced, live[:200], 0.05)
+    assert new.params["threshold_rule"] == "frr"
+    assert new.metrics["recalibrated_from"]["threshold_rule"] == "balanced"

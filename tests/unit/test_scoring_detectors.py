@@ -341,17 +341,30 @@ def test_linf_scan_matches_the_kd_tree_with_and_without_a_bound(leaf: int, scan_
         BruteLinf(P, scan="fast")
 
 
-def test_linf_scans_agree_bit_for_bit_and_auto_keeps_one_choice_per_m() -> None:
+def test_linf_scans_agree_bit_for_bit_and_auto_keeps_one_choice_per_m(monkeypatch) -> None:
     from sidecar.scoring import _linf
 
     rng = np.random.default_rng(13)
     P, Q = rng.normal(size=(1000, 13)), rng.normal(size=(40, 13)) * 2.0
-    scan = _linf.BruteLinf(P)
+    Q[0, 0], Q[1, 7] = np.nan, np.nan  # even a NaN goes the same way through both
+    scan = _linf.BruteLinf(P, leaf=20)  # blocks of 20: every lanes tail runs too
     rows, lanes = scan.nearest(Q, 1.5, scan="rows"), scan.nearest(Q, 1.5, scan="lanes")
     np.testing.assert_array_equal(rows, lanes)  # max and min are exact in any order
-    chosen = _linf.choose_scan(13)
-    assert chosen in _linf.SCANS
-    assert _linf._CHOSEN[13] == chosen
+    with pytest.raises(ValueError, match="unknown L-inf scan 'fast'"):
+        scan.nearest(Q, 1.5, scan="fast")
+    # auto measures both scans once per m (5 alternating rounds), then keeps its choice
+    monkeypatch.setattr(_linf, "_CHOSEN", {})
+    calls: list[str] = []
+    real = _linf.BruteLinf.nearest
+
+    def counted(self, Q, bound, scan=None):
+        calls.append(scan or self.scan)
+        return real(self, Q, bound, scan)
+
+    monkeypatch.setattr(_linf.BruteLinf, "nearest", counted)
+    chosen = _linf.choose_scan(11)
+    assert calls == ["rows", "lanes"] * 5 and chosen in _linf.SCANS
+    assert _linf.choose_scan(11) == chosen and len(calls) == 10  # not measured again
     np.testing.assert_array_equal(scan.nearest(Q, 1.5), rows)
 
 

@@ -26,12 +26,12 @@ def _embed(texts):
     return np.asarray(rows)
 
 
-def _task(cross_fit: int = 0) -> KBTask:
+def _task(cross_fit: int = 0, n_live: int = 600) -> KBTask:
     def mk(p: str, n: int) -> tuple[str, ...]:
         return tuple(f"{p}{i}" for i in range(n))
 
     return KBTask(
-        "t", mk("kb", 80), mk("idt", 200), mk("oodt", 200), mk("live", 600), mk("oode", 300),
+        "t", mk("kb", 80), mk("idt", 200), mk("oodt", 200), mk("live", n_live), mk("oode", 300),
         cross_fit=cross_fit,
     )  # fmt: skip
 
@@ -54,3 +54,18 @@ def test_the_recalibrated_threshold_keeps_its_target_on_the_judged_half() -> Non
 def test_a_cross_fitted_benchmark_has_no_live_half() -> None:
     with pytest.raises(ConfigError, match="cross-fitted"):
         recalibration_study(_task(cross_fit=5), _embed, encoder={"name": "fake", "dim": DIM})
+
+
+def test_halves_too_small_for_the_target_are_refused_before_training() -> None:
+    from sidecar.errors import DataError
+
+    seen: list[str] = []
+
+    def embed(texts):
+        seen.extend(texts)
+        return _embed(texts)
+
+    with pytest.raises(DataError, match=r"fewer than the 99 a false-reject rate of 0\.01 needs"):
+        # 1% needs 99 queries; 150 evaluation ID queries make halves of 75
+        recalibration_study(_task(n_live=150), embed, encoder={"name": "fake", "dim": DIM})
+    assert not any(t.startswith("kb") for t in seen)  # the KB was never even embedded

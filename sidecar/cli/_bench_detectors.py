@@ -11,48 +11,19 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-import platform
 import time
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 import numpy as np
 
+from sidecar.cli._bench_timing import machine_facts, timeit, us_per_query
 from sidecar.cli._options import check_output_file, int_list
 from sidecar.cli._root import bench
 
 _DIM = 384
-
-
-def _timeit(fn: Callable[[], Any], *, repeats: int, min_time: float = 0.02) -> float:
-    """Median seconds per call over ``repeats`` runs of an auto-sized loop."""
-    fn()  # warm-up
-    loops, t = 1, 0.0
-    while True:
-        t0 = time.perf_counter()
-        for _ in range(loops):
-            fn()
-        t = time.perf_counter() - t0
-        if t >= min_time or loops >= 1 << 16:
-            break
-        loops *= 4 if t < min_time / 8 else 2
-    runs = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(loops):
-            fn()
-        runs.append((time.perf_counter() - t0) / loops)
-    return float(np.median(runs))
-
-
-def _us_per_query(
-    fn: Callable[[np.ndarray], Any], X: np.ndarray, repeats: int, min_time: float
-) -> float:
-    return 1e6 * _timeit(lambda: fn(X), repeats=repeats, min_time=min_time) / X.shape[0]
 
 
 def _synthetic(n_kb: int, n_id: int, n_ood: int, n_test: int, seed: int) -> dict[str, np.ndarray]:
@@ -79,48 +50,6 @@ def _synthetic(n_kb: int, n_id: int, n_ood: int, n_test: int, seed: int) -> dict
         "id": topic(n_id, c_id, id_dirs, 0.04),
         "ood": ood(n_ood),
         "test": np.vstack([topic(n_test // 2, c_id, id_dirs, 0.04), ood(n_test - n_test // 2)]),
-    }
-
-
-def _cpu() -> dict[str, Any]:
-    """The CPU's model name and widest vector extension, where /proc/cpuinfo tells, and
-    the CPU LLVM compiles for (the compiled L-inf scans' speed turns on them)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return {}
-    fields: dict[str, str] = {}
-    for line in text.splitlines():
-        if not line.strip():
-            break  # the first CPU's block is enough
-        key, _, value = line.partition(":")
-        fields[key.strip()] = value.strip()
-    flags = set(fields.get("flags", "").split())
-    vector = next((f for f in ("avx512f", "avx2", "sse4_2") if f in flags), None)
-    import llvmlite.binding
-
-    return {
-        "cpu_model": fields.get("model name") or None,
-        "vector_isa": vector,
-        "llvm_cpu": llvmlite.binding.get_host_cpu_name(),  # what numba compiles for
-    }
-
-
-def _machine() -> dict[str, Any]:
-    import scipy
-    import sklearn
-
-    load = os.getloadavg() if hasattr(os, "getloadavg") else (None, None, None)
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        **_cpu(),
-        "cpu_count": os.cpu_count(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "scipy": scipy.__version__,
-        "scikit_learn": sklearn.__version__,
-        "load_average_1m_at_start": load[0],
     }
 
 
@@ -154,10 +83,10 @@ def _bench_models(
         X256, X1 = model.features(q256), model.features(q1)
         det = model.detector
         out[kind] = {
-            "us_per_query_batch1": _us_per_query(det.score_samples, X1, repeats, min_time),
-            "us_per_query_batch256": _us_per_query(det.score_samples, X256, repeats, min_time),
-            "model_us_per_query_batch1": _us_per_query(model.score, q1, repeats, min_time),
-            "model_us_per_query_batch256": _us_per_query(model.score, q256, repeats, min_time),
+            "us_per_query_batch1": us_per_query(det.score_samples, X1, repeats, min_time),
+            "us_per_query_batch256": us_per_query(det.score_samples, X256, repeats, min_time),
+            "model_us_per_query_batch1": us_per_query(model.score, q1, repeats, min_time),
+            "model_us_per_query_batch256": us_per_query(model.score, q256, repeats, min_time),
             "dims": model.dims,
             "inputs": list(det.inputs),
             "fit_s": fit_s,
@@ -204,19 +133,19 @@ def _references(model: Any, test: np.ndarray, repeats: int, min_time: float) -> 
 
     X256, X1 = model.features(test[:256]), model.features(test[:1])
     X16 = model.features(test[:16])
-    loop_s = _timeit(
+    loop_s = timeit(
         lambda: _python_loop_ball(pts, lab, det.epsilon_, X16), repeats=3, min_time=min_time
     )
-    ours = _us_per_query(det.predict, X256, repeats, min_time)
-    ref256 = _us_per_query(rnc_predict, X256, repeats, min_time)
+    ours = us_per_query(det.predict, X256, repeats, min_time)
+    ref256 = us_per_query(rnc_predict, X256, repeats, min_time)
     agree = float(np.mean(rnc_predict(X256) == det.predict(X256)))
     return {
         "epsilon_ball_predict_kdtree": {
-            "us_per_query_batch1": _us_per_query(det.predict, X1, repeats, min_time),
+            "us_per_query_batch1": us_per_query(det.predict, X1, repeats, min_time),
             "us_per_query_batch256": ours,
         },
         "sklearn_RadiusNeighborsClassifier": {
-            "us_per_query_batch1": _us_per_query(rnc_predict, X1, repeats, min_time),
+            "us_per_query_batch1": us_per_query(rnc_predict, X1, repeats, min_time),
             "us_per_query_batch256": ref256,
             "verdict_agreement_with_epsilon_ball": agree,
             "note": "majority vote, no neighbour -> OOD; ties may differ (ours: tie -> OOD)",
@@ -248,10 +177,10 @@ def _kdtree_references(
         def scan(X: np.ndarray, det: Any = det, bound: float = bound, name: Any = None) -> Any:
             return det._brute_id.nearest(X, bound, scan=name)
 
-        t_tree = _us_per_query(tree, Q, repeats, min_time)
-        t_scan = _us_per_query(scan, Q, repeats, min_time)
+        t_tree = us_per_query(tree, Q, repeats, min_time)
+        t_scan = us_per_query(scan, Q, repeats, min_time)
         each = {
-            name: _us_per_query(functools.partial(scan, name=name), Q, repeats, min_time)
+            name: us_per_query(functools.partial(scan, name=name), Q, repeats, min_time)
             for name in SCANS
         }
         out[f"{kind}_nearest_id"] = {
@@ -307,9 +236,9 @@ def _scale(
             fit_s = time.perf_counter() - t0
             by_n.setdefault(name, {})[str(n)] = {
                 "fit_s": fit_s,
-                "us_per_query_batch1": _us_per_query(det.score_samples, Q[:1], repeats, min_time),
-                "us_per_query_batch256": _us_per_query(det.score_samples, Q, repeats, min_time),
-                "predict_us_per_query_batch256": _us_per_query(det.predict, Q, repeats, min_time),
+                "us_per_query_batch1": us_per_query(det.score_samples, Q[:1], repeats, min_time),
+                "us_per_query_batch256": us_per_query(det.score_samples, Q, repeats, min_time),
+                "predict_us_per_query_batch256": us_per_query(det.predict, Q, repeats, min_time),
             }
             progress.update(1)
     by_m: dict[str, Any] = {}
@@ -319,7 +248,7 @@ def _scale(
         for name, cls in {**classes, "logreg": LogRegDetector}.items():
             det = cls().fit(X, y)
             by_m.setdefault(name, {})[str(m)] = {
-                "us_per_query_batch256": _us_per_query(det.score_samples, Q, repeats, min_time),
+                "us_per_query_batch256": us_per_query(det.score_samples, Q, repeats, min_time),
             }
             progress.update(1)
     return {"by_n_train": by_n, "by_m": {"n_train": n_fixed, **by_m}, "m_for_by_n_train": 13}
@@ -418,7 +347,7 @@ def detectors_cmd(
         raise ConfigError(f"unknown detectors: {', '.join(unknown)}")
     check_output_file(json_path, "--json")
     ns, ms = scale_n, scale_m
-    machine = _machine()
+    machine = machine_facts()
     data = _synthetic(n_train, n_train, n_train, 512, seed)
     total = len(kinds) + 3 * len(ns) + 4 * len(ms)
     t0 = time.perf_counter()

@@ -9,18 +9,22 @@ JSON has another shape than the loader relies on.
 
 from __future__ import annotations
 
-import csv
-import json
 import logging
 import random
 import re
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sidecar.errors import ConfigError, DataError
+from sidecar.training._readers import (
+    read_csv_column,
+    read_csv_rows,
+    read_domains,
+    read_lines,
+    read_pairs,
+)
 
 log = logging.getLogger(__name__)
 
@@ -65,115 +69,6 @@ class KBTask:
     # The same for the ID training queries: the training split keeps each group in one of
     # fit / validation / calibration, so calibration queries are as new as judged ones.
     id_train_groups: tuple[int, ...] | None = None
-
-
-def _need(path: Path) -> Path:
-    if not path.is_file():
-        raise DataError(f"missing benchmark file: {path}")
-    return path
-
-
-@contextmanager
-def _reading(path: Path) -> Iterator[None]:
-    """Turn a decoding or CSV failure while reading ``path`` into a DataError naming it."""
-    try:
-        yield
-    except UnicodeDecodeError as exc:
-        # The offset is within the decoder's chunk, not the file: name the reason only.
-        raise DataError(f"{path}: not UTF-8 text ({exc.reason})") from exc
-    except csv.Error as exc:
-        raise DataError(f"{path}: not a readable CSV file ({exc})") from exc
-
-
-def _read_text(path: Path) -> str:
-    with _reading(path):
-        return _need(path).read_text(encoding="utf-8")
-
-
-def _read_json(path: Path) -> Any:
-    text = _read_text(path)
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise DataError(f"{path} is not valid JSON: {exc}") from exc
-
-
-def _read_lines(path: Path) -> list[str]:
-    text = _read_text(path)
-    return [ln.strip() for ln in text.splitlines() if ln.strip()]
-
-
-def _is_pair(row: Any) -> bool:
-    return isinstance(row, list) and len(row) == 2 and all(isinstance(x, str) for x in row)
-
-
-def _read_pairs(
-    path: Path, keys: Sequence[str], *, optional: Sequence[str] = (), why: str = ""
-) -> dict[str, list[tuple[str, str]]]:
-    """The ``keys`` (and those of ``optional`` present) of a CLINC150 ``data_*.json``.
-
-    Each is a list of ``[text, intent]`` pairs of strings; anything else raises DataError
-    naming the file, the key and the first bad entry, before any loader code trips on it.
-    """
-    data = _read_json(path)
-    if not isinstance(data, dict):
-        raise DataError(f"{path}: expected an object of split -> list of [text, intent] pairs")
-    for key in keys:
-        if key not in data:
-            raise DataError(f"{path} has no {key!r} key{why}")
-    out = {}
-    for key in [*keys, *(k for k in optional if k in data)]:
-        rows = data[key]
-        if not isinstance(rows, list):
-            raise DataError(f"{path}: {key!r} must be a list of [text, intent] pairs")
-        bad = next((n for n, row in enumerate(rows) if not _is_pair(row)), None)
-        if bad is not None:
-            raise DataError(
-                f"{path}: {key!r}[{bad}] is {json.dumps(rows[bad])[:60]}, "
-                "not a [text, intent] pair of strings"
-            )
-        out[key] = [(t, i) for t, i in rows]
-    return out
-
-
-def _read_domains(path: Path) -> dict[str, list[str]]:
-    """CLINC150 ``domains.json``: an object of domain -> list of intent names."""
-    domains = _read_json(path)
-    if not isinstance(domains, dict) or not all(
-        isinstance(v, list) and all(isinstance(i, str) for i in v) for v in domains.values()
-    ):
-        raise DataError(f"{path}: expected an object of domain -> list of intent names")
-    return domains
-
-
-def _read_csv_column(
-    path: Path, column: str, where: Callable[[dict[str, str]], bool] | None = None
-) -> list[str]:
-    with _need(path).open(newline="", encoding="utf-8") as fh, _reading(path):
-        reader = csv.DictReader(fh)
-        if reader.fieldnames is None or column not in reader.fieldnames:
-            raise DataError(f"{path} has no column {column!r} (columns: {reader.fieldnames})")
-        return [
-            row[column].strip()
-            for row in reader
-            if (row.get(column) or "").strip() and (where is None or where(row))
-        ]
-
-
-def _read_csv_rows(
-    path: Path, columns: Sequence[str], where: Callable[[dict[str, str]], bool] | None = None
-) -> list[tuple[str, ...]]:
-    """The stripped ``columns`` of every row (``where`` it holds), in file order."""
-    with _need(path).open(newline="", encoding="utf-8") as fh, _reading(path):
-        reader = csv.DictReader(fh)
-        missing = [c for c in columns if c not in (reader.fieldnames or ())]
-        if missing:
-            raise DataError(f"{path} has no column {missing} (columns: {reader.fieldnames})")
-        return [
-            tuple((row.get(c) or "").strip() for c in columns)
-            for row in reader
-            if where is None or where(row)
-        ]
 
 
 def _dedupe(texts: Sequence[str], exclude: set[str] | None = None) -> list[str]:
@@ -222,12 +117,12 @@ def load_clinc150(
     _check_split(split)
     root = Path(data_dir) / "clinc150"
     eval_key, oos_key = ("val", "oos_val") if split == "dev" else ("test", "oos_test")
-    data = _read_pairs(
+    data = read_pairs(
         root / "data_full.json",
         ("train", "oos_train", eval_key, oos_key),
         why=f" (needed for --split {split})",
     )
-    domains = _read_domains(root / "domains.json")
+    domains = read_domains(root / "domains.json")
     intent_domain = {intent: d for d, intents in domains.items() for intent in intents}
     # Every evaluation utterance is ID for one KB and OOD for the others: none may train.
     held_out = {norm_text(t) for t, _ in data[eval_key]} | {norm_text(t) for t, _ in data[oos_key]}
@@ -285,11 +180,11 @@ def load_stackexchange(
     def site_file(part: str, site: str) -> Path:
         return root / part / f"{site}.stackexchange.com.txt"
 
-    evals = {s: _cap(_read_lines(site_file(split, s)), max_eval_per_kb, seed) for s in sites}
+    evals = {s: _cap(read_lines(site_file(split, s)), max_eval_per_kb, seed) for s in sites}
     # A site's evaluation titles are ID for it and OOD for the others: none may train.
     held_out = [t for titles in evals.values() for t in titles]
     train = {
-        s: _cap(_without(_read_lines(site_file("train", s)), held_out), max_train_per_kb, seed)
+        s: _cap(_without(read_lines(site_file("train", s)), held_out), max_train_per_kb, seed)
         for s in sites
     }
     tasks = []
@@ -324,11 +219,11 @@ def load_covid(data_dir: str | Path, split: str = "dev", *, folds: int = 5) -> l
     _check_split(split)
     root = Path(data_dir)
     faq = root / "covid" / "deepset_faq_covidbert.csv"
-    kb = _dedupe(_read_csv_column(faq, "answer"))
+    kb = _dedupe(read_csv_column(faq, "answer"))
     similar = root / "covid" / "deepset_eval_question_similarity_en.csv"
-    pairs = _read_csv_rows(similar, ("question_1", "question_2"), where=_is_similar)
+    pairs = read_csv_rows(similar, ("question_1", "question_2"), where=_is_similar)
     paraphrased = [q2 for _, q2 in pairs if q2]
-    dev_id = _dedupe(_read_csv_column(faq, "question") + paraphrased)
+    dev_id = _dedupe(read_csv_column(faq, "question") + paraphrased)
     # One group per FAQ question and its paraphrases (a paraphrase joins the group of the
     # question it rephrases), so cross-fitting never splits them over folds.
     group = {norm_text(q): g for g, q in enumerate(dev_id)}
@@ -341,14 +236,14 @@ def load_covid(data_dir: str | Path, split: str = "dev", *, folds: int = 5) -> l
     plus = root / "clinc150" / "data_oos_plus.json"
     # oos_test only for --split test, where its absence is reported with the other files
     needed = ("oos_val",) if plus.is_file() else ("oos_val", "oos_train")
-    clinc = _read_pairs(full, needed, optional=("oos_train", "oos_test"))
+    clinc = read_pairs(full, needed, optional=("oos_train", "oos_test"))
     dev_ood = _dedupe(
         [t for t, _ in clinc["oos_val"]]
-        + _read_csv_column(root / "adversarial" / "advbench_harmful_behaviors.csv", "goal")
+        + read_csv_column(root / "adversarial" / "advbench_harmful_behaviors.csv", "goal")
     )
     # CLINC150's larger out-of-scope training set, where present: the KB has no training
     # queries of its own, and the OOD side gains most from more of them.
-    oos_pairs = _read_pairs(plus, ("oos_train",)) if plus.is_file() else clinc
+    oos_pairs = read_pairs(plus, ("oos_train",)) if plus.is_file() else clinc
     oos_train = [t for t, _ in oos_pairs["oos_train"]]
     if split == "dev":
         return [
@@ -370,8 +265,8 @@ def load_covid(data_dir: str | Path, split: str = "dev", *, folds: int = 5) -> l
         missing.append(f"the 'oos_test' key of {full}")
     if missing:
         raise DataError(f"missing for --split test: {'; '.join(missing)}")
-    test_id = _read_csv_column(covidq, "Question")
-    test_ood = [t for t, _ in clinc["oos_test"]] + _read_csv_column(jailbreak, "question")
+    test_id = read_csv_column(covidq, "Question")
+    test_ood = [t for t, _ in clinc["oos_test"]] + read_csv_column(jailbreak, "question")
     held_out = test_id + test_ood
     train_id = _without(dev_id, held_out)
     return [

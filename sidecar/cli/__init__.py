@@ -7,6 +7,7 @@ from sidecar.cli import (  # noqa: F401  (imported for registration)
     _bench_recalibration,
     _bench_rules,
     _bench_swap,
+    _bench_train_scale,
     _calibrate,
     _demo,
     _eval,

@@ -100,6 +100,8 @@ def calibrate_command(**opts: Any) -> None:
         raise click.UsageError("give --out DIR and/or --publish for the recalibrated model")
     if opts["no_promote"] and not opts["publish"]:
         raise click.UsageError("--no-promote applies to --publish")
+    if opts["allow_unsigned"] and not (opts["artifact"] and opts["publish"]):
+        raise click.UsageError("--allow-unsigned applies to --artifact DIR --publish")
     if bool(opts["id_queries"]) == bool(opts["id_embeddings"]):
         raise click.UsageError("give --id-queries or --id-embeddings (one of them)")
     if opts["out"]:
@@ -161,7 +163,8 @@ def calibrate_command(**opts: Any) -> None:
 
 
 def _embeddings(model: Any, opts: dict[str, Any], settings: Any) -> Any:
-    """The ID queries as embeddings of the model's own encoder."""
+    """The ID queries as embeddings: given, or encoded by the worker's encoder once it is
+    checked against the model's."""
     from sidecar.errors import DataError
     from sidecar.training._train_inputs import load_npy
 

@@ -110,7 +110,12 @@ def test_bad_requests_get_one_error_line(
     for want, args in cases.items():
         assert want in one_error_line(_run(*args)), args
     # usage mistakes: click's own message, exit status 2
-    for args in ([*art, *few], [*art, "--out", str(tmp_path / "e")], [*art, *few, "--no-promote"]):
+    for args in (
+        [*art, *few],
+        [*art, "--out", str(tmp_path / "e")],
+        [*art, *few, "--no-promote"],
+        [*art, *few, "--out", str(tmp_path / "f"), "--allow-unsigned"],
+    ):
         res = _run(*args)
         assert res.exit_code == 2 and "Traceback" not in res.output, res.output
     assert not (tmp_path / "a").exists()  # nothing written by a refused run

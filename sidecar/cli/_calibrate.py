@@ -15,7 +15,14 @@ from typing import Any
 
 import click
 
-from sidecar.cli._models import _load_for_import, _open, _resolve, _settings, _store_options
+from sidecar.cli._models import (
+    _load_for_import,
+    _open,
+    _resolve,
+    _settings,
+    _store_options,
+    _version_option,
+)
 from sidecar.cli._options import (
     cache_dir_option,
     check_output_dir,
@@ -33,13 +40,7 @@ from sidecar.cli._root import main
     help="Recalibrate this artifact directory (`sidecar train --out`) instead of a store version.",
 )
 @click.option("--kb", default=None, help="KB of the store version [default: scoring.default_kb].")
-@click.option(
-    "--version",
-    "ref",
-    default="active",
-    show_default=True,
-    help="Store version: active, previous, a version id or a unique prefix of one.",
-)
+@_version_option
 @click.option(
     "--id-queries",
     type=click.Path(path_type=Path),

@@ -33,6 +33,16 @@ def _store_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
+# Which store version of a KB a command reads (score, calibrate).
+_version_option = click.option(
+    "--version",
+    "ref",
+    default="active",
+    show_default=True,
+    help="Store version: active, previous, a version id or a unique prefix of one.",
+)
+
+
 def _settings(store_dir: Path | None, redis_url: str | None, **store_overrides: Any) -> Settings:
     from sidecar.errors import ConfigError
     from sidecar.settings import load_settings

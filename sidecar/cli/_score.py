@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from sidecar.cli._models import _open, _resolve, _store_options
+from sidecar.cli._models import _open, _resolve, _store_options, _version_option
 from sidecar.cli._root import main
 
 _TEXT_WIDTH = 70
@@ -34,13 +34,7 @@ _TEXT_WIDTH = 70
     '({"text"[, "id", "kb", ...]}); \'-\' reads standard input.',
 )
 @click.option("--kb", default=None, help="KB to score against [default: scoring.default_kb].")
-@click.option(
-    "--version",
-    "ref",
-    default="active",
-    show_default=True,
-    help="Store version: active, previous, a version id or a unique prefix of one.",
-)
+@_version_option
 @click.option(
     "--artifact",
     type=click.Path(path_type=Path, file_okay=False),

@@ -77,9 +77,9 @@ class _FitBar:
 @criterion_option("How the m PCs are chosen.")
 @click.option(
     "--m",
-    type=click.IntRange(1, 384),
+    type=click.IntRange(min=1),
     default=None,
-    help="Fixed number of PCs [default: searched].",
+    help="Fixed number of PCs, at most 32 [default: searched].",
 )
 @click.option("--m-range", default=None, help="Search m in LOW:HIGH, e.g. 8:32.")
 @click.option(
@@ -166,6 +166,7 @@ def train_command(**opts: Any) -> None:
 
     from threadpoolctl import threadpool_limits
     from tqdm.auto import tqdm
+    from tqdm.contrib.logging import logging_redirect_tqdm
 
     from model_store import save_dir
     from sidecar.settings import load_settings
@@ -206,6 +207,7 @@ def train_command(**opts: Any) -> None:
     inputs, embed_s = load_inputs(opts, settings, progress=progress)
     with (
         threadpool_limits(limits=opts["blas_threads"]),
+        logging_redirect_tqdm(),  # a warning gets its own line, not one inside the bar
         tqdm(total=0, desc="train", unit="fit", disable=not progress) as bar,
     ):
 
@@ -251,6 +253,7 @@ def train_command(**opts: Any) -> None:
         f"{used('id')}, {stats['n_ood_queries']} OOD in {stats['n_ood_groups']}{used('ood')}"
         + ("" if stats["near_duplicates_grouped"] else " (near-duplicates not grouped)")
     )
+    click.echo(f"  threshold: {threshold_summary(m.metrics, cfg.target_frr)}")
     click.echo(
         f"  train {stats['train_total_s']:.2f}s, embed {stats['embed_s']:.2f}s, "
         f"peak RSS {stats['peak_rss_mb']:.0f} MiB"
@@ -264,6 +267,31 @@ def train_command(**opts: Any) -> None:
         )
     if opts["publish"]:
         _publish(artifact, settings, promote=not opts["no_promote"])
+
+
+def threshold_summary(metrics: dict[str, Any], target_frr: float) -> str:
+    """How the shipped threshold was calibrated, in one line, and whether the conformal
+    guarantee holds (too few held-out ID queries for the target void it)."""
+    from sidecar.scoring import min_calibration_size
+
+    n = metrics.get("n_calibration")
+    if metrics.get("threshold_rule") == "balanced":
+        return (
+            f"best balanced accuracy on {n} held-out ID and {metrics.get('n_ood_calibration')} "
+            "held-out OOD training queries (no false-reject guarantee)"
+        )
+    if metrics.get("calibration") == "cross":
+        how = f"{metrics.get('calibration_folds')}-fold out-of-fold scores of {n} ID queries"
+    else:
+        how = f"{n} held-out ID queries"
+    line = f"conformal quantile for a {target_frr * 100:g}% false-reject rate, on {how}"
+    need = min_calibration_size(target_frr)
+    if isinstance(n, int) and n < need:
+        line += (
+            f"; too few for that rate (at least {need} needed), so the highest ID score is "
+            "used and the rate is not guaranteed: add ID training queries or raise --target-frr"
+        )
+    return line
 
 
 def _publish(artifact: Any, settings: Any, *, promote: bool) -> None:

@@ -32,9 +32,9 @@ from sidecar.errors import ConfigError, DataError
 from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel, detector_kinds
 from sidecar.scoring._linear import CombinedDetector
 from sidecar.training._fitting import FitProgress
-from sidecar.training._grid import Candidate, default_grid
+from sidecar.training._grid import MAX_DIMS, Candidate, default_grid
 from sidecar.training._metrics import auroc, balanced_accuracy, fpr_at_tpr, paper_accuracy
-from sidecar.training._search import SearchResult, search
+from sidecar.training._search import FULL_SPACE_DETECTORS, SearchResult, search
 from sidecar.training._splits import (
     OOD_CAL_FRACTION,
     TrainingSplits,
@@ -92,6 +92,12 @@ def check_config(cfg: TrainConfig) -> None:
     kinds = detector_kinds()
     if cfg.detector not in kinds:
         raise ConfigError(f"unknown detector {cfg.detector!r}; one of {', '.join(kinds)}")
+    top = cfg.m if cfg.m is not None else (cfg.m_range[1] if cfg.m_range else None)
+    if top is not None and top > MAX_DIMS and cfg.detector not in FULL_SPACE_DETECTORS:
+        raise ConfigError(
+            f"m={top}: {cfg.detector} models take at most {MAX_DIMS} input dimensions "
+            "(the PCs and any extra features), the budget that keeps scoring in microseconds"
+        )
     if cfg.features is not None:
         blocks = CombinedDetector.FEATURE_BLOCKS
         if cfg.detector != "combined":

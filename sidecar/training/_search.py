@@ -62,6 +62,8 @@ log = logging.getLogger(__name__)
 SELECTIONS = ("one_se", "best")
 # How the shipped model's conformal threshold is calibrated (see search).
 CALIBRATIONS = ("split", "cross")
+# Baselines in the full embedding space: the MAX_DIMS budget does not apply to them.
+FULL_SPACE_DETECTORS = frozenset({"max_cosine", "knn", "mahalanobis"})
 
 
 def resolve_calibration(threshold_rule: str, calibration: str | None) -> str:
@@ -249,7 +251,7 @@ def search(
             log.info("candidate %s skipped: %s", cand, exc)
             table.append({**cand.describe(), "skipped": str(exc)})
             continue
-        if model.dims > MAX_DIMS and model.detector_name not in _FULL_SPACE:
+        if model.dims > MAX_DIMS and model.detector_name not in FULL_SPACE_DETECTORS:
             table.append({**cand.describe(), "skipped": f"{model.dims} dims > {MAX_DIMS}"})
             continue
         row = {**cand.describe(), "dims": model.dims}
@@ -303,6 +305,3 @@ def search(
         best_model if threshold_rule == "frr" else with_balanced_threshold(best_model, splits)
     )
     return SearchResult(model, best_cand, val_auroc, table, best_scores, val_model)
-
-
-_FULL_SPACE = frozenset({"max_cosine", "knn", "mahalanobis"})

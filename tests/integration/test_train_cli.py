@@ -110,6 +110,21 @@ def test_near_duplicate_training_queries_are_grouped_unless_turned_off(
     assert groups == {"--group-near-duplicates": 30, "--no-group-near-duplicates": 90}
 
 
+@pytest.mark.parametrize(("frr", "void"), [("0.01", True), ("0.05", False)])
+def test_summary_says_whether_the_calibration_set_can_reach_the_target(
+    tmp_path: Path, embeddings: dict[str, Path], frr: str, void: bool
+) -> None:
+    # 90 ID training queries, all calibrated out of fold: enough for 5% (19), not 1% (99)
+    res = CliRunner().invoke(
+        main, _train_on(embeddings, tmp_path / "m", "--no-report", "--target-frr", frr)
+    )
+    assert res.exit_code == 0, res.output
+    line = next(x for x in res.output.splitlines() if x.startswith("  threshold: "))
+    assert "out-of-fold scores of 90 ID queries" in line, line
+    assert ("at least 99 needed" in line) is void
+    assert ("not guaranteed" in line) is void
+
+
 @pytest.mark.parametrize(
     "args",
     [
@@ -212,6 +227,8 @@ def _bad_inputs(tmp_path: Path, embeddings: dict[str, Path]) -> dict[str, tuple[
         "empty kb name": (["--kb-name", ""], "invalid KB id ''"),
         "both kb inputs": (["--kb", str(tmp_path / "kb.jsonl")], "give --kb or --kb-embeddings"),
         "stats dir": (["--stats-json", str(tmp_path / "adir")], "--stats-json"),
+        "m over budget": (["--m", "40"], "m=40: combined models take at most 32"),
+        "m range over budget": (["--m-range", "8:64"], "m=64: combined models take at most 32"),
     }
 
 
@@ -229,6 +246,8 @@ def _bad_inputs(tmp_path: Path, embeddings: dict[str, Path]) -> dict[str, tuple[
         "empty kb name",
         "both kb inputs",
         "stats dir",
+        "m over budget",
+        "m range over budget",
     ],
 )
 def test_bad_input_is_one_line_before_any_training(
@@ -239,6 +258,9 @@ def test_bad_input_is_one_line_before_any_training(
 ) -> None:
     more, expected = _bad_inputs(tmp_path, embeddings)[case]
     args = _train_on(embeddings, tmp_path / "m")
+    if more[0] == "--m-range":  # instead of the fixed m, not besides it
+        i = args.index("--m")
+        del args[i : i + 2]
     if more[0] in args:  # replace an option given already
         i = args.index(more[0])
         args[i : i + 2] = more

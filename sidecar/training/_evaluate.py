@@ -20,6 +20,12 @@ import numpy as np
 from sidecar.errors import ConfigError
 from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel
 from sidecar.training._datasets import KBTask
+from sidecar.training._eval_folds import (
+    FOLD_GROUPINGS,
+    cross_fit_training,
+    query_groups,
+    random_folds,
+)
 from sidecar.training._fitting import fixed_fit
 from sidecar.training._grid import Candidate
 from sidecar.training._metrics import (
@@ -35,7 +41,6 @@ from sidecar.training._splits import (
     OOD_CAL_FRACTION,
     carve_splits,
     group_folds,
-    near_duplicate_groups,
 )
 from sidecar.training._targets import PROTOCOL_M, protocol_table, targets
 
@@ -77,14 +82,6 @@ def _time_us(model: OODModel, E: np.ndarray, repeats: int = 3) -> float:
         model.score(E)
         times.append(time.perf_counter() - t0)
     return float(np.median(times) / max(len(E), 1) * 1e6)
-
-
-FOLD_GROUPINGS = ("grouped", "random")
-
-
-def _random_folds(n: int, k: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """``k`` folds of a seeded permutation of ``n`` rows, query by query."""
-    return [np.sort(f) for f in np.array_split(rng.permutation(n), k)]
 
 
 class _Pool:
@@ -133,74 +130,6 @@ class _Pool:
         return out
 
 
-def _labels(given: Sequence[int] | None, n: int) -> np.ndarray:
-    """``given`` as labels 0..g-1 (one label per row when None)."""
-    return np.arange(n) if given is None else np.unique(np.asarray(given), return_inverse=True)[1]
-
-
-_Four = tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None, np.ndarray | None]
-
-
-def _cross_fit_training(
-    E: tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray],
-    groups: _Four,
-    fi: np.ndarray,
-    fo: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
-    """ID and OOD training queries (and their group labels) of the cross-fitted fold that
-    judges evaluation rows ``fi`` / ``fo``: the task's training queries and the other
-    folds' evaluation queries.
-
-    ``E``: the ID training, ID evaluation, OOD training and OOD evaluation rows;
-    ``groups``: their labels from :func:`_query_groups`. With labels, a training query in
-    the group of a query this fold judges sits the fold out, so that no query is judged
-    by a model fitted on its near copy.
-    """
-    E_idt, E_ide, E_oodt, E_oode = E
-    g_idt, g_id, g_oodt, g_ood = groups
-    rest_i = np.setdiff1d(np.arange(len(E_ide)), fi)
-    rest_o = np.setdiff1d(np.arange(len(E_oode)), fo)
-    if g_idt is None or g_id is None or g_ood is None or g_oodt is None:
-        parts = [E_oode[rest_o]] + ([E_oodt] if E_oodt is not None else [])
-        return np.vstack([E_idt, E_ide[rest_i]]), np.vstack(parts), None, None
-    keep_i, keep_o = ~np.isin(g_idt, g_id[fi]), ~np.isin(g_oodt, g_ood[fo])
-    parts = [E_oode[rest_o]] + ([E_oodt[keep_o]] if E_oodt is not None else [])
-    return (
-        np.vstack([E_idt[keep_i], E_ide[rest_i]]),
-        np.vstack(parts),
-        np.r_[g_idt[keep_i], g_id[rest_i]],
-        np.r_[g_ood[rest_o], g_oodt[keep_o]],
-    )
-
-
-def _query_groups(
-    task: KBTask,
-    fold_grouping: str,
-    E_idt: np.ndarray,
-    E_ide: np.ndarray,
-    E_oodt: np.ndarray | None,
-    E_oode: np.ndarray,
-) -> _Four:
-    """Group labels of the ID training, ID evaluation, OOD training and OOD evaluation rows.
-
-    ``"grouped"``: the task's groups (paraphrases) joined with near-duplicates, so that the
-    training split keeps each group in one of fit / validation / calibration and, on
-    cross-fitted tasks, the folds keep each group of evaluation queries whole (a training
-    query links evaluation queries it nearly duplicates). The evaluation labels are None
-    unless the task is cross-fitted; ``"random"`` gives None throughout (row by row).
-    """
-    if fold_grouping != "grouped":
-        return None, None, None, None
-    if task.cross_fit <= 1:
-        g_idt = near_duplicate_groups(E_idt, task.id_train_groups) if len(E_idt) else None
-        return g_idt, None, None if E_oodt is None else near_duplicate_groups(E_oodt), None
-    a = _labels(task.id_train_groups, len(E_idt))
-    b = _labels(task.id_eval_groups, len(E_ide)) + (int(a.max()) + 1 if len(a) else 0)
-    ids = near_duplicate_groups(np.vstack([E_idt, E_ide]), np.r_[a, b])
-    oods = near_duplicate_groups(np.vstack([E_oode] + ([E_oodt] if E_oodt is not None else [])))
-    return ids[: len(E_idt)], ids[len(E_idt) :], oods[len(E_oode) :], oods[: len(E_oode)]
-
-
 def evaluate_task(
     task: KBTask,
     embed: Embed,
@@ -238,7 +167,7 @@ def evaluate_task(
     E_oodt = embed(task.ood_train) if task.ood_train else None
     E_ide, E_oode = embed(task.id_eval), embed(task.ood_eval)
     rng = np.random.default_rng(seed)
-    g_idt, g_id, g_oodt, g_ood = _query_groups(task, fold_grouping, E_idt, E_ide, E_oodt, E_oode)
+    g_idt, g_id, g_oodt, g_ood = query_groups(task, fold_grouping, E_idt, E_ide, E_oodt, E_oode)
     if g_id is not None and g_ood is not None:
         folds = list(
             zip(
@@ -250,8 +179,8 @@ def evaluate_task(
     elif task.cross_fit > 1:
         folds = list(
             zip(
-                _random_folds(len(E_ide), task.cross_fit, rng),
-                _random_folds(len(E_oode), task.cross_fit, rng),
+                random_folds(len(E_ide), task.cross_fit, rng),
+                random_folds(len(E_oode), task.cross_fit, rng),
                 strict=True,
             )
         )
@@ -263,7 +192,7 @@ def evaluate_task(
         id_train, ood_train = E_idt, E_oodt
         id_groups, ood_groups = g_idt, g_oodt
         if task.cross_fit > 1:  # train on the other folds' evaluation queries
-            id_train, ood_train, id_groups, ood_groups = _cross_fit_training(
+            id_train, ood_train, id_groups, ood_groups = cross_fit_training(
                 (E_idt, E_ide, E_oodt, E_oode), (g_idt, g_id, g_oodt, g_ood), fi, fo
             )
         splits = carve_splits(

@@ -145,29 +145,29 @@ def test_splits_without_groups_are_the_seeded_permutation_as_before() -> None:
 
 def test_harness_groups_training_queries_and_cross_fitted_evaluation_queries() -> None:
     from sidecar.training import KBTask
-    from sidecar.training._evaluate import _query_groups
+    from sidecar.training._eval_folds import query_groups
 
     E_idt, truth = _planted(20, 3, seed=4)  # 60 ID training queries, 20 groups
     E_oodt, _ = _planted(15, 2, seed=5)
     E_ide, E_oode = _planted(10, 1, seed=6)[0], _planted(12, 1, seed=7)[0]
     t = ("kb",)
     plain = KBTask("t", t, t, t, t, t)
-    g_idt, g_id, g_oodt, g_ood = _query_groups(plain, "grouped", E_idt, E_ide, E_oodt, E_oode)
+    g_idt, g_id, g_oodt, g_ood = query_groups(plain, "grouped", E_idt, E_ide, E_oodt, E_oode)
     assert g_idt is not None and g_oodt is not None and g_id is None and g_ood is None
     assert len(np.unique(g_idt)) == 20 and len(np.unique(g_oodt)) == 15
     assert all(len(np.unique(g_idt[truth == g])) == 1 for g in range(20))
-    assert _query_groups(plain, "random", E_idt, E_ide, E_oodt, E_oode) == (None,) * 4
+    assert query_groups(plain, "random", E_idt, E_ide, E_oodt, E_oode) == (None,) * 4
     # Cross-fitted: an evaluation query that nearly copies a training query joins its group.
     E_ide = np.vstack([E_ide, E_idt[:1] + 0.001])
     crossed = KBTask("t", t, t, t, t, t, cross_fit=5)
-    g_idt, g_id, _, g_ood = _query_groups(crossed, "grouped", E_idt, E_ide, E_oodt, E_oode)
+    g_idt, g_id, _, g_ood = query_groups(crossed, "grouped", E_idt, E_ide, E_oodt, E_oode)
     assert g_id is not None and g_ood is not None and g_idt is not None
     assert g_id[-1] == g_idt[0] and len(np.unique(g_id[:-1])) == 10
 
 
 def test_a_cross_fitted_fold_does_not_fit_the_near_copy_of_a_query_it_judges() -> None:
     from sidecar.training import KBTask
-    from sidecar.training._evaluate import _cross_fit_training, _query_groups
+    from sidecar.training._eval_folds import cross_fit_training, query_groups
 
     E_idt = _planted(6, 1, seed=1)[0]
     E_oodt = _planted(8, 1, seed=2)[0]
@@ -177,20 +177,20 @@ def test_a_cross_fitted_fold_does_not_fit_the_near_copy_of_a_query_it_judges() -
     t = ("kb",)
     task = KBTask("t", t, t, t, t, t, cross_fit=5)
     E = (E_idt, E_ide, E_oodt, E_oode)
-    groups = _query_groups(task, "grouped", *E[:2], *E[2:])
+    groups = query_groups(task, "grouped", *E[:2], *E[2:])
 
     def rows(A: np.ndarray, of: np.ndarray) -> set[bytes]:
         return {r.tobytes() for r in A} & {r.tobytes() for r in of}
 
-    judging = _cross_fit_training(E, groups, np.array([4, 5]), np.array([3, 7]))
+    judging = cross_fit_training(E, groups, np.array([4, 5]), np.array([3, 7]))
     assert not rows(judging[0], E_idt[2:3]) and not rows(judging[1], E_oodt[0:1])
     assert len(rows(judging[0], E_idt)) == 5 and len(rows(judging[1], E_oodt)) == 7
     assert judging[2] is not None and judging[3] is not None
     assert len(judging[2]) == len(judging[0]) and len(judging[3]) == len(judging[1])
-    other = _cross_fit_training(E, groups, np.array([0, 1]), np.array([0, 1]))
+    other = cross_fit_training(E, groups, np.array([0, 1]), np.array([0, 1]))
     assert len(rows(other[0], E_idt)) == 6 and len(rows(other[1], E_oodt)) == 8
     # the held-out fold's own rows are never training rows
     assert not rows(judging[0], E_ide[[4, 5]]) and not rows(judging[1], E_oode[[3, 7]])
     # row by row (the paper's folds): every training query, no labels
-    plain = _cross_fit_training(E, (None,) * 4, np.array([4, 5]), np.array([3, 7]))
+    plain = cross_fit_training(E, (None,) * 4, np.array([4, 5]), np.array([3, 7]))
     assert len(rows(plain[0], E_idt)) == 6 and plain[2] is None and plain[3] is None

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -208,6 +211,7 @@ def train_command(**opts: Any) -> None:
     with (
         threadpool_limits(limits=opts["blas_threads"]),
         logging_redirect_tqdm(),  # a warning gets its own line, not one inside the bar
+        _calibration_warnings_held(),
         tqdm(total=0, desc="train", unit="fit", disable=not progress) as bar,
     ):
 
@@ -267,6 +271,23 @@ def train_command(**opts: Any) -> None:
         )
     if opts["publish"]:
         _publish(artifact, settings, promote=not opts["no_promote"])
+
+
+@contextlib.contextmanager
+def _calibration_warnings_held() -> Iterator[None]:
+    """Hold back the "too few calibration queries" warnings while training: the search
+    calibrates its candidates on a small held-out part, which says nothing of the shipped
+    threshold; :func:`threshold_summary` reports on that one."""
+    logger = logging.getLogger("sidecar.scoring._calibration")
+
+    def drop(record: logging.LogRecord) -> bool:
+        return False
+
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
 
 
 def threshold_summary(metrics: dict[str, Any], target_frr: float) -> str:

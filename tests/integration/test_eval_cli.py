@@ -57,12 +57,18 @@ def test_eval_writes_the_documented_json_and_its_report(shared_data: Path, tmp_p
         "split",
         "--seeds",
         "2",
+        "--no-protocol",
+        "--report",
+        str(tmp_path / "report2"),
         "--cache-dir",
         str(tmp_path / "cache"),
         "--no-progress",
     )
     assert res.exit_code == 0, res.output
     doc2 = json.loads(out2.read_text())
+    assert not doc2["pvalue_vs_evr"].get("detectors")  # --no-protocol: no refits
+    assert not any("p-value beats EVR" in t["target"] for t in doc2["targets"])
+    assert (tmp_path / "report2" / "report.md").is_file()
     assert doc2["calibration"] == "split"
     spread = doc2["seed_spread"]
     assert spread["seeds"] == [0, 1]

@@ -176,6 +176,8 @@ def eval_command(
     enc = load_encoder(settings.scoring, name=encoder, threads=available_cpus())
     cache = EmbeddingCache(enc, cache_dir, progress=not no_progress)
 
+    groups: dict[Any, Any] = {}  # near-duplicate groups: the same for every seed
+
     def run(at: int, with_protocol: bool) -> dict[str, Any]:
         return evaluate_benchmark(
             benchmark,
@@ -192,6 +194,7 @@ def eval_command(
             fold_grouping=fold_grouping,
             protocol=with_protocol,
             calibration=calibration,
+            group_cache=groups,
         )
 
     with threadpool_limits(limits=blas_threads):

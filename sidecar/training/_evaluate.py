@@ -144,6 +144,7 @@ def evaluate_task(
     threshold_rule: str = "frr",
     fold_grouping: str = "grouped",
     calibration: str | None = None,
+    group_cache: dict[Any, Any] | None = None,
 ) -> dict[str, Any]:
     """Metrics of every detector on one KB: ``{"detectors": {...}, "protocol": {...}}``.
 
@@ -156,6 +157,8 @@ def evaluate_task(
     calibrated on queries as unseen as those it is judged on; ``"random"`` splits query by
     query, as the reference paper's protocol does (a query's paraphrase may then be
     trained on).
+    ``group_cache``: a dict kept across calls on the same tasks and embeddings (other
+    seeds), so that the seed-free near-duplicate grouping is computed once per task.
     """
     if fold_grouping not in FOLD_GROUPINGS:
         raise ConfigError(f"fold_grouping must be one of {FOLD_GROUPINGS}, not {fold_grouping!r}")
@@ -167,7 +170,11 @@ def evaluate_task(
     E_oodt = embed(task.ood_train) if task.ood_train else None
     E_ide, E_oode = embed(task.id_eval), embed(task.ood_eval)
     rng = np.random.default_rng(seed)
-    g_idt, g_id, g_oodt, g_ood = query_groups(task, fold_grouping, E_idt, E_ide, E_oodt, E_oode)
+    cache = {} if group_cache is None else group_cache
+    key = (task, fold_grouping)
+    if key not in cache:
+        cache[key] = query_groups(task, fold_grouping, E_idt, E_ide, E_oodt, E_oode)
+    g_idt, g_id, g_oodt, g_ood = cache[key]
     if g_id is not None and g_ood is not None:
         folds = list(
             zip(
@@ -275,10 +282,12 @@ def evaluate_benchmark(
     fold_grouping: str = "grouped",
     protocol: bool = True,
     calibration: str | None = None,
+    group_cache: dict[Any, Any] | None = None,
 ) -> dict[str, Any]:
     """Run :func:`evaluate_task` on every KB and assemble the report JSON.
 
-    ``protocol=False`` skips the p-value-vs-EVR refits (an empty ``pvalue_vs_evr`` table).
+    ``protocol=False`` skips the p-value-vs-EVR refits (an empty ``pvalue_vs_evr`` table);
+    ``group_cache`` is passed on to every :func:`evaluate_task`.
     """
     from tqdm.auto import tqdm
 
@@ -302,6 +311,7 @@ def evaluate_benchmark(
             fold_grouping=fold_grouping,
             protocol=protocol,
             calibration=calibration,
+            group_cache=group_cache,
         )
         per_kb[task.name] = res["detectors"]
         by_kb[task.name] = res["protocol"]

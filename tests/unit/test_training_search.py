@@ -97,6 +97,44 @@ def test_choices_do_not_depend_on_evaluation_queries() -> None:
     assert a["detectors"]["logreg"]["auroc"] > 0.9
 
 
+def test_a_group_cache_groups_each_task_once_across_seeds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from sidecar.training import _evaluate
+
+    calls = []
+    real = _evaluate.query_groups
+
+    def counted(task, *args):
+        calls.append(task.name)
+        return real(task, *args)
+
+    monkeypatch.setattr(_evaluate, "query_groups", counted)
+    grids = {"logreg": [Candidate("logreg", 4, {"C": 1.0})]}
+
+    def run(seed: int, cache: dict | None) -> dict:
+        return evaluate_task(
+            _task(),
+            _emb_factory(),
+            encoder={"name": "fake", "dim": DIM},
+            detectors=("logreg",),
+            protocol=False,
+            grids=grids,
+            seed=seed,
+            group_cache=cache,
+        )
+
+    def figures(res: dict) -> dict:  # all but the timings
+        row = res["detectors"]["logreg"]
+        return {k: v for k, v in row.items() if k not in ("us_per_query", "search_s")}
+
+    cache: dict = {}
+    cached = [figures(run(seed, cache)) for seed in (0, 1, 2)]
+    assert calls == ["t"]
+    assert [figures(run(seed, None)) for seed in (0, 1, 2)] == cached
+    assert len(calls) == 4 and cached[0] != cached[1]  # seeds differ, groups do not
+
+
 def test_search_picks_best_validation_candidate_and_calibrates() -> None:
     embed = _emb_factory()
     t = _task()

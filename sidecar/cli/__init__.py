@@ -9,6 +9,7 @@ from sidecar.cli import (  # noqa: F401  (imported for registration)
     _bench_swap,
     _bench_train_scale,
     _calibrate,
+    _check,
     _demo,
     _eval,
     _explain,

@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from sidecar.cli._model_inputs import QueryEmbeddings
 from sidecar.cli._models import (
     _load_for_import,
     _open,
@@ -133,7 +134,14 @@ def calibrate_command(**opts: Any) -> None:
         with _open(store_dir, redis_url, read_only=True) as store:
             art = store.get(kb_name, _resolve(store, kb_name, opts["ref"]))
     model = OODModel.from_artifact(art)
-    E = _embeddings(model, opts, settings)
+    embed = QueryEmbeddings(
+        model,
+        settings,
+        encoder=opts["encoder"],
+        cache_dir=opts["cache_dir"],
+        progress=not opts["no_progress"],
+    )
+    E = embed(opts["id_queries"], opts["id_embeddings"], "ID")
     target = opts["target_frr"] or float(model.params.get("target_frr") or DEFAULT_TARGET_FRR)
     new = recalibrate(model, E, target)
     old = new.metrics["recalibrated_from"]
@@ -161,27 +169,3 @@ def calibrate_command(**opts: Any) -> None:
         click.echo(
             f"published {artifact.kb}/{version}{'' if opts['no_promote'] else ' and promoted it'}"
         )
-
-
-def _embeddings(model: Any, opts: dict[str, Any], settings: Any) -> Any:
-    """The ID queries as embeddings: given, or encoded by the worker's encoder once it is
-    checked against the model's."""
-    from sidecar.errors import DataError
-    from sidecar.training._train_inputs import load_npy
-
-    dim = int(model.encoder["dim"])
-    if opts["id_embeddings"]:
-        E = load_npy(opts["id_embeddings"], "ID embeddings")
-        if E.shape[1] != dim:
-            raise DataError(f"ID embeddings have {E.shape[1]} dims, the model's encoder {dim}")
-        return E
-    from sidecar.scoring import available_cpus, load_encoder
-    from sidecar.training import EmbeddingCache, read_queries
-
-    texts = read_queries(opts["id_queries"])
-    # The worker's encoder (settings, or --encoder): the model records only its name, which
-    # for a local directory is the folder's name, not a path to load it from.
-    enc = load_encoder(settings.scoring, name=opts["encoder"], threads=available_cpus())
-    model.check_encoder(enc.name, enc.dim)
-    cache = EmbeddingCache(enc, opts["cache_dir"], progress=not opts["no_progress"])
-    return cache.embed(texts, desc="encoding ID queries")

@@ -17,7 +17,8 @@ from typing import Any
 
 import click
 
-from sidecar.cli._models import _open, _resolve, _store_options, _version_option
+from sidecar.cli._model_inputs import read_model
+from sidecar.cli._models import _store_options, _version_option
 from sidecar.cli._root import main
 
 _TEXT_WIDTH = 70
@@ -64,8 +65,7 @@ def score_command(
     Records the stream would dead-letter are shown with their reason code; the exit status
     is 0 either way.
     """
-    from model_store import load_dir
-    from sidecar.errors import ConfigError, DataError
+    from sidecar.errors import DataError
     from sidecar.settings import load_settings
 
     settings = load_settings()
@@ -77,17 +77,7 @@ def score_command(
         raise DataError(f"{name} holds no queries")
     if not values:
         raise click.UsageError("give query TEXTS or --file")
-    if artifact is not None:
-        if store_dir or redis_url or ref != "active":
-            raise ConfigError("--artifact scores that directory: leave out the store options")
-        art = load_dir(artifact)
-        version = art.version
-        if kb is not None and kb != art.manifest.get("kb"):
-            raise ConfigError(f"{artifact} is a model of KB {art.manifest.get('kb')!r}, not {kb!r}")
-    else:
-        with _open(store_dir, redis_url, read_only=True) as store:
-            version = _resolve(store, kb_name, ref)
-            art = store.get(kb_name, version)
+    art, version = read_model(artifact, kb, ref, store_dir, redis_url, kb_name)
     outcome, model = _score(settings, art, version, values)
 
     now_ms = time.time() * 1000.0

@@ -1,0 +1,184 @@
+"""``sidecar check``: a model's figures on labelled held-out queries, as a release gate.
+
+The step between ``sidecar train --publish --no-promote`` and ``sidecar models promote``
+in a retraining pipeline: score ID and OOD queries the model never saw, at its own
+threshold, beside the version now serving when asked, and exit 1 when a gate fails so
+that the pipeline stops before the release reaches traffic.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from sidecar.cli._models import _store_options, _version_option
+from sidecar.cli._options import (
+    cache_dir_option,
+    check_output_file,
+    encoder_option,
+    no_progress_option,
+)
+from sidecar.cli._root import main
+
+_RATE = click.FloatRange(0, 1)
+_PATH = click.Path(path_type=Path)
+
+
+@main.command("check")
+@click.option(
+    "--artifact",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Check this artifact directory (`sidecar train --out`) instead of a store version.",
+)
+@click.option("--kb", default=None, help="KB of the store version [default: scoring.default_kb].")
+@_version_option
+@click.option(
+    "--id-queries",
+    type=_PATH,
+    default=None,
+    help='Held-out in-domain queries, JSONL {"text"}; never trained on.',
+)
+@click.option("--id-embeddings", type=_PATH, default=None, help="The same as a .npy array.")
+@click.option(
+    "--ood-queries",
+    type=_PATH,
+    default=None,
+    help='Held-out out-of-domain queries, JSONL {"text"} (optional: without them only the '
+    "false-reject rate is measured).",
+)
+@click.option("--ood-embeddings", type=_PATH, default=None, help="The same as a .npy array.")
+@click.option(
+    "--against",
+    default=None,
+    help="Also measure this store version of the KB on the same queries (e.g. active, the "
+    "one now serving), for comparison; gates judge only the checked model.",
+)
+@click.option("--max-frr", type=_RATE, default=None, help="Gate: false-reject rate at most this.")
+@click.option(
+    "--max-ood-accept",
+    type=_RATE,
+    default=None,
+    help="Gate: share of OOD queries accepted as in-domain at most this (needs OOD queries).",
+)
+@click.option(
+    "--min-auroc", type=_RATE, default=None, help="Gate: AUROC at least this (needs OOD queries)."
+)
+@click.option(
+    "--conservative",
+    is_flag=True,
+    help="Judge each gate at the worse end of the figure's 95% interval (exact binomial for "
+    "the rates, Hanley-McNeil for AUROC) instead of at the measured value.",
+)
+@click.option("--json", "json_out", type=_PATH, default=None, help="Also write the figures here.")
+@encoder_option
+@_store_options
+@cache_dir_option
+@no_progress_option
+def check_command(**opts: Any) -> None:
+    """Measure a model on labelled held-out queries and gate its release.
+
+    Scores the ID (and OOD) queries with the model (the KB's active store version by
+    default, --version for a candidate stored with `sidecar train --publish --no-promote`,
+    or --artifact) at its own threshold and prints the false-reject rate, the OOD accept
+    rate, balanced accuracy and AUROC, each rate with its exact 95% interval. With
+    --against, the same for another store version. Exit status 0 when every gate given
+    (--max-frr, --max-ood-accept, --min-auroc) holds, 1 when one fails, 2 on bad input.
+    The queries must be new to the model: figures on training queries are optimistic.
+    """
+    from sidecar.cli._model_inputs import QueryEmbeddings, read_model
+    from sidecar.errors import ConfigError
+    from sidecar.scoring import OODModel
+    from sidecar.settings import load_settings
+    from sidecar.training._holdout import Gate, holdout_figures
+
+    for kind in ("id", "ood"):
+        if opts[f"{kind}_queries"] and opts[f"{kind}_embeddings"]:
+            raise click.UsageError(f"give --{kind}-queries or --{kind}-embeddings, not both")
+    if not (opts["id_queries"] or opts["id_embeddings"]):
+        raise click.UsageError("give --id-queries or --id-embeddings")
+    has_ood = bool(opts["ood_queries"] or opts["ood_embeddings"])
+    gates = [
+        Gate(option, figure, opts[key])
+        for option, figure, key in (
+            ("--max-frr", "false_reject", "max_frr"),
+            ("--max-ood-accept", "ood_accept", "max_ood_accept"),
+            ("--min-auroc", "auroc", "min_auroc"),
+        )
+        if opts[key] is not None
+    ]
+    for g in gates:
+        if g.figure != "false_reject" and not has_ood:
+            raise click.UsageError(f"{g.option} needs --ood-queries or --ood-embeddings")
+    if opts["json_out"]:
+        check_output_file(opts["json_out"], "--json")
+    settings = load_settings()
+    store_dir, redis_url = opts["store_dir"], opts["redis_url"]
+    default_kb = settings.scoring.default_kb
+    art, version = read_model(
+        opts["artifact"], opts["kb"], opts["ref"], store_dir, redis_url, default_kb
+    )
+    model = OODModel.from_artifact(art)
+    other = None
+    if opts["against"]:
+        # the store named by the options (or settings), whether or not --artifact is given
+        other_art, other_version = read_model(
+            None, model.kb, opts["against"], store_dir, redis_url, default_kb
+        )
+        other = (OODModel.from_artifact(other_art), other_version)
+        if other[0].encoder != model.encoder:
+            raise ConfigError(
+                f"--against {opts['against']} was built with encoder {other[0].encoder}, the "
+                f"checked model with {model.encoder}: compare models of one encoder"
+            )
+    embed = QueryEmbeddings(
+        model,
+        settings,
+        encoder=opts["encoder"],
+        cache_dir=opts["cache_dir"],
+        progress=not opts["no_progress"],
+    )
+    E_id = embed(opts["id_queries"], opts["id_embeddings"], "ID")
+    E_ood = embed(opts["ood_queries"], opts["ood_embeddings"], "OOD")
+    figures = {"version": version, **holdout_figures(model, E_id, E_ood)}
+    report: dict[str, Any] = {"kb": model.kb, "checked": figures, "against": None}
+    _show(f"KB {model.kb!r}, version {version[:12]}", figures)
+    if other is not None:
+        report["against"] = {"version": other[1], **holdout_figures(other[0], E_id, E_ood)}
+        _show(f"against {opts['against']}, version {other[1][:12]}", report["against"])
+    verdicts = [g.judge(figures, conservative=opts["conservative"]) for g in gates]
+    for v in verdicts:
+        click.echo(
+            f"gate {v['gate']} {v['limit']:g}: {'met' if v['met'] else 'FAILED'} "
+            f"(measured {v['measured']:.4f}{', 95% interval end' if opts['conservative'] else ''})"
+        )
+    report.update(gates=verdicts, conservative=opts["conservative"])
+    report["passed"] = all(v["met"] for v in verdicts)
+    if opts["json_out"]:
+        opts["json_out"].write_text(json.dumps(report, indent=2) + "\n")
+    if not report["passed"]:
+        click.get_current_context().exit(1)
+
+
+def _rate_line(name: str, r: dict[str, Any]) -> str:
+    return (
+        f"  {name:<17} {r['rate']:7.2%}  ({r['count']}/{r['n']}; 95% interval "
+        f"{r['low']:.2%}-{r['high']:.2%})"
+    )
+
+
+def _show(title: str, f: dict[str, Any]) -> None:
+    n_ood = f" and {f['n_ood']} OOD" if "n_ood" in f else ""
+    click.echo(f"{title}, threshold {f['threshold']:.4f}, on {f['n_id']} ID{n_ood} queries:")
+    click.echo(_rate_line("false-reject rate", f["false_reject"]))
+    if "ood_accept" in f:
+        a = f["auroc"]
+        click.echo(_rate_line("OOD accept rate", f["ood_accept"]))
+        click.echo(
+            f"  balanced accuracy {f['balanced_accuracy']:.4f}, AUROC {a['value']:.4f} "
+            f"(95% interval {a['low']:.4f}-{a['high']:.4f}), FPR at 95% TPR "
+            f"{f['fpr_at_95tpr']:.4f}"
+        )

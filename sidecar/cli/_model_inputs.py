@@ -1,0 +1,90 @@
+"""What ``score``, ``calibrate`` and ``check`` read: a model (an artifact directory or a
+store version) and held-out queries as embeddings of that model's encoder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sidecar.cli._models import _open, _resolve
+
+
+def read_model(
+    artifact: Path | None,
+    kb: str | None,
+    ref: str,
+    store_dir: Path | None,
+    redis_url: str | None,
+    default_kb: str,
+) -> tuple[Any, str]:
+    """(artifact, version): the directory ``artifact`` (checksums verified; ``kb``, when
+    given, must be its KB), else version ``ref`` of KB ``kb`` (default ``default_kb``) in
+    the store of ``store_dir`` / ``redis_url`` / settings, which must exist."""
+    from model_store import load_dir
+    from sidecar.errors import ConfigError
+
+    if artifact is not None:
+        if store_dir or redis_url or ref != "active":
+            raise ConfigError(f"--artifact reads {artifact}: leave out the store options")
+        art = load_dir(artifact)
+        if kb is not None and kb != art.manifest.get("kb"):
+            raise ConfigError(f"{artifact} is a model of KB {art.manifest.get('kb')!r}, not {kb!r}")
+        return art, art.version
+    name = kb or default_kb
+    with _open(store_dir, redis_url, read_only=True) as store:
+        version = _resolve(store, name, ref)
+        return store.get(name, version), version
+
+
+class QueryEmbeddings:
+    """Query sets as embeddings for ``model``: a ``.npy`` array given as is (its width
+    checked), or a JSONL file of ``{"text"}`` encoded by the worker's encoder (settings,
+    or ``encoder``), loaded once and checked against the model's first.
+
+    The model records only its encoder's name, which for a local directory is the
+    folder's name, not a path to load it from: hence the worker's settings.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        settings: Any,
+        *,
+        encoder: str | None = None,
+        cache_dir: Path | None = None,
+        progress: bool = True,
+    ) -> None:
+        self.model, self.settings = model, settings
+        self.encoder, self.cache_dir, self.progress = encoder, cache_dir, progress
+        self._cache: Any = None
+
+    def __call__(self, queries: Path | None, embeddings: Path | None, what: str) -> Any:
+        """The rows of ``embeddings`` or the encoded texts of ``queries`` (one of them
+        given; None when neither is); ``what`` names the set in messages ("ID")."""
+        from sidecar.errors import DataError
+        from sidecar.training._train_inputs import load_npy
+
+        if embeddings is not None:
+            dim = int(self.model.encoder["dim"])
+            E = load_npy(embeddings, f"{what} embeddings")
+            if E.shape[1] != dim:
+                raise DataError(
+                    f"{what} embeddings have {E.shape[1]} dims, the model's encoder {dim}"
+                )
+            return E
+        if queries is None:
+            return None
+        from sidecar.training import read_queries
+
+        texts = read_queries(queries)
+        return self._embedder().embed(texts, desc=f"encoding {what} queries")
+
+    def _embedder(self) -> Any:
+        if self._cache is None:
+            from sidecar.scoring import available_cpus, load_encoder
+            from sidecar.training import EmbeddingCache
+
+            enc = load_encoder(self.settings.scoring, name=self.encoder, threads=available_cpus())
+            self.model.check_encoder(enc.name, enc.dim)
+            self._cache = EmbeddingCache(enc, self.cache_dir, progress=self.progress)
+        return self._cache

@@ -1,0 +1,179 @@
+"""``sidecar check``: figures on held-out queries and release gates, through click's
+CliRunner, on models trained from synthetic embeddings into a directory store."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner, Result
+
+from model_store import DirectoryStore, load_dir
+from sidecar.cli import main
+from sidecar.scoring import OODModel
+
+DIM = 32
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Embeddings (KB, training and held-out ID / OOD queries), an artifact directory and
+    a directory store holding two versions of KB 'synthetic' (the second one active)."""
+    root = tmp_path_factory.mktemp("check")
+    rng = np.random.default_rng(0)
+    basis = rng.normal(size=(6, DIM))
+
+    def id_like(n: int) -> np.ndarray:
+        return _unit(rng.normal(size=(n, 6)) @ basis + 0.8 * rng.normal(size=(n, DIM)))
+
+    paths = {"root": root, "store": root / "store", "art": root / "art"}
+    for name, arr in (
+        ("kb", id_like(150)),
+        ("id", id_like(120)),
+        ("ood", _unit(rng.normal(size=(120, DIM)))),
+        ("id_held", id_like(200)),
+        ("ood_held", _unit(rng.normal(size=(40, DIM)))),
+        ("wide", _unit(rng.normal(size=(5, DIM + 1)))),
+    ):
+        paths[name] = root / f"{name}.npy"
+        np.save(paths[name], arr)
+    for m, out in (("3", root / "first"), ("5", paths["art"])):
+        res = CliRunner().invoke(
+            main,
+            [
+                "train",
+                *("--kb-embeddings", str(paths["kb"]), "--id-embeddings", str(paths["id"])),
+                *("--ood-embeddings", str(paths["ood"]), "--m", m, "--features", "pcs,residual"),
+                *("--kb-name", "synthetic", "--out", str(out), "--no-report", "--no-progress"),
+                *("--publish", "--store-backend", "directory", "--store-dir", str(paths["store"])),
+            ],
+        )
+        assert res.exit_code == 0, res.output
+    return paths
+
+
+def _check(setup: dict[str, Path], *args: str) -> Result:
+    return CliRunner().invoke(
+        main,
+        [
+            "check",
+            *("--id-embeddings", str(setup["id_held"]), "--ood-embeddings", str(setup["ood_held"])),
+            *args,
+        ],
+    )
+
+
+def test_figures_are_the_models_own_at_its_threshold(setup: dict[str, Path]) -> None:
+    out = setup["root"] / "figures.json"
+    res = _check(setup, "--artifact", str(setup["art"]), "--json", str(out))
+    assert res.exit_code == 0, res.output
+    model = OODModel.from_artifact(load_dir(setup["art"]))
+    s_id = model.score(np.load(setup["id_held"]))
+    s_ood = model.score(np.load(setup["ood_held"]))
+    doc = json.loads(out.read_text())
+    got = doc["checked"]
+    assert got["version"] == load_dir(setup["art"]).version and doc["against"] is None
+    assert got["false_reject"]["count"] == int(np.sum(s_id > model.threshold))
+    assert got["ood_accept"]["count"] == int(np.sum(s_ood <= model.threshold))
+    assert (got["n_id"], got["n_ood"]) == (200, 40)
+    fr = got["false_reject"]
+    assert fr["low"] <= fr["rate"] <= fr["high"] and fr["high"] > fr["rate"]
+    assert doc["gates"] == [] and doc["passed"] is True
+    assert "false-reject rate" in res.output and "OOD accept rate" in res.output
+
+
+def test_a_failed_gate_exits_1_and_conservative_judges_the_interval_end(
+    setup: dict[str, Path],
+) -> None:
+    art = ["--artifact", str(setup["art"])]
+    model = OODModel.from_artifact(load_dir(setup["art"]))
+    accepted = float(np.mean(model.score(np.load(setup["ood_held"])) <= model.threshold))
+    limit = f"{accepted + 0.01:.4f}"  # the point estimate passes ...
+    res = _check(setup, *art, "--max-ood-accept", limit)
+    assert res.exit_code == 0, res.output
+    assert f"gate --max-ood-accept {float(limit):g}: met" in res.output
+    # ... the upper end of its 95% interval over 40 queries does not
+    out = setup["root"] / "conservative.json"
+    res = _check(setup, *art, "--max-ood-accept", limit, "--conservative", "--json", str(out))
+    assert res.exit_code == 1, res.output
+    assert "FAILED" in res.output
+    doc = json.loads(out.read_text())
+    assert doc["passed"] is False and doc["conservative"] is True
+    assert doc["gates"][0]["measured"] == doc["checked"]["ood_accept"]["high"]
+    from sidecar.training._metrics import auroc
+
+    a = auroc(model.score(np.load(setup["id_held"])), model.score(np.load(setup["ood_held"])))
+    assert 0.5 < a < 1.0
+    assert _check(setup, *art, "--min-auroc", f"{a - 0.001:.6f}").exit_code == 0
+    res = _check(setup, *art, "--min-auroc", f"{a + 0.001:.6f}", "--max-frr", "1")
+    assert (
+        res.exit_code == 1 and "gate --min-auroc" in res.output and "--max-frr 1: met" in res.output
+    )
+
+
+def test_against_measures_the_serving_version_on_the_same_queries(
+    setup: dict[str, Path],
+) -> None:
+    store = DirectoryStore(setup["store"])
+    active = store.active("synthetic")
+    (first,) = [v for v in store.versions("synthetic") if v != active]
+    out = setup["root"] / "against.json"
+    args = ["--store-dir", str(setup["store"]), "--kb", "synthetic", "--json", str(out)]
+    res = _check(setup, *args, "--version", first[:8], "--against", "active")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert (doc["checked"]["version"], doc["against"]["version"]) == (first, active)
+    assert f"against active, version {active[:12]}" in res.output
+    served = OODModel.from_artifact(store.get("synthetic", active))
+    flagged = int(np.sum(served.score(np.load(setup["id_held"])) > served.threshold))
+    assert doc["against"]["false_reject"]["count"] == flagged
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--id-embeddings", "{wide}"], "ID embeddings have 33 dims, the model's encoder 32"),
+        (["--id-embeddings", "{root}/missing.npy"], "missing.npy"),
+        (["--json", "{root}"], "--json"),
+        (["--against", "active"], "store directory"),
+    ],
+)
+def test_bad_input_is_one_error_line(
+    setup: dict[str, Path],
+    args: list[str],
+    expected: str,
+    one_error_line: Callable[[Result], str],
+) -> None:
+    filled = [a.format(**{k: str(v) for k, v in setup.items()}) for a in args]
+    res = CliRunner().invoke(
+        main,
+        [
+            "check",
+            *("--artifact", str(setup["art"]), "--id-embeddings", str(setup["id_held"])),
+            *filled,
+        ],
+        env={"SIDECAR_STORE__BACKEND": "directory", "SIDECAR_STORE__DIRECTORY": "/nonexistent"},
+    )
+    assert expected in one_error_line(res)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ([], "give --id-queries or --id-embeddings"),
+        (["--id-embeddings", "x.npy", "--id-queries", "x.jsonl"], "not both"),
+        (["--id-embeddings", "x.npy", "--min-auroc", "0.9"], "--min-auroc needs --ood-queries"),
+    ],
+)
+def test_usage_errors_are_refused_before_any_work(
+    setup: dict[str, Path], args: list[str], expected: str
+) -> None:
+    res = CliRunner().invoke(main, ["check", "--artifact", str(setup["art"]), *args])
+    assert res.exit_code == 2 and expected in res.output, res.output

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from sidecar.cli._models import _store_options, _version_option
+from sidecar.cli._models import _open, _store_options, _version_option
 from sidecar.cli._options import (
     cache_dir_option,
     check_output_file,
@@ -52,6 +52,13 @@ _PATH = click.Path(path_type=Path)
 )
 @click.option("--ood-embeddings", type=_PATH, default=None, help="The same as a .npy array.")
 @click.option(
+    "--version-from",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Check the version named in this `sidecar train --stats-json` file (instead of "
+    "--version): the candidate a retraining job just stored.",
+)
+@click.option(
     "--against",
     default=None,
     help="Also measure this store version of the KB on the same queries (e.g. active, the "
@@ -73,6 +80,12 @@ _PATH = click.Path(path_type=Path)
     help="Judge each gate at the worse end of the figure's 95% interval (exact binomial for "
     "the rates, Hanley-McNeil for AUROC) instead of at the measured value.",
 )
+@click.option(
+    "--promote",
+    is_flag=True,
+    help="Promote the checked store version when every gate holds (at least one gate "
+    "needed); a failed gate leaves the active version as it is.",
+)
 @click.option("--json", "json_out", type=_PATH, default=None, help="Also write the figures here.")
 @encoder_option
 @_store_options
@@ -89,6 +102,7 @@ def check_command(**opts: Any) -> None:
     (--max-frr, --max-ood-accept, --min-auroc) holds, 1 when one fails, 2 on bad input.
     The queries must be new to the model: figures on training queries are optimistic.
     """
+    from model_store import ArtifactNotFound
     from sidecar.cli._model_inputs import QueryEmbeddings, read_model
     from sidecar.errors import ConfigError
     from sidecar.scoring import OODModel
@@ -113,27 +127,41 @@ def check_command(**opts: Any) -> None:
     for g in gates:
         if g.figure != "false_reject" and not has_ood:
             raise click.UsageError(f"{g.option} needs --ood-queries or --ood-embeddings")
+    if opts["promote"] and not gates:
+        raise click.UsageError("--promote needs at least one gate to judge the release by")
+    if opts["promote"] and opts["artifact"]:
+        raise click.UsageError("--promote promotes a store version: leave out --artifact")
+    ref = opts["ref"]
+    if opts["version_from"]:
+        if ref != "active" or opts["artifact"]:
+            raise click.UsageError("--version-from names the version: leave out --version")
+        ref = _version_from(opts["version_from"])
     if opts["json_out"]:
         check_output_file(opts["json_out"], "--json")
     settings = load_settings()
     store_dir, redis_url = opts["store_dir"], opts["redis_url"]
     default_kb = settings.scoring.default_kb
-    art, version = read_model(
-        opts["artifact"], opts["kb"], opts["ref"], store_dir, redis_url, default_kb
-    )
+    art, version = read_model(opts["artifact"], opts["kb"], ref, store_dir, redis_url, default_kb)
     model = OODModel.from_artifact(art)
     other = None
     if opts["against"]:
         # the store named by the options (or settings), whether or not --artifact is given
-        other_art, other_version = read_model(
-            None, model.kb, opts["against"], store_dir, redis_url, default_kb
-        )
-        other = (OODModel.from_artifact(other_art), other_version)
-        if other[0].encoder != model.encoder:
-            raise ConfigError(
-                f"--against {opts['against']} was built with encoder {other[0].encoder}, the "
-                f"checked model with {model.encoder}: compare models of one encoder"
+        try:
+            other_art, other_version = read_model(
+                None, model.kb, opts["against"], store_dir, redis_url, default_kb
             )
+        except ArtifactNotFound:
+            if opts["against"] not in ("active", "previous"):
+                raise
+            # a first release has nothing to compare with; the gates still judge it
+            click.echo(f"against {opts['against']}: KB {model.kb!r} has no such version yet")
+        else:
+            other = (OODModel.from_artifact(other_art), other_version)
+    if other is not None and other[0].encoder != model.encoder:
+        raise ConfigError(
+            f"--against {opts['against']} was built with encoder {other[0].encoder}, the "
+            f"checked model with {model.encoder}: compare models of one encoder"
+        )
     embed = QueryEmbeddings(
         model,
         settings,
@@ -157,10 +185,29 @@ def check_command(**opts: Any) -> None:
         )
     report.update(gates=verdicts, conservative=opts["conservative"])
     report["passed"] = all(v["met"] for v in verdicts)
+    if opts["promote"] and report["passed"]:
+        with _open(store_dir, redis_url, create=False) as store:
+            store.promote(model.kb, version)
+        click.echo(f"promoted {model.kb}/{version}")
+    report["promoted"] = bool(opts["promote"] and report["passed"])
     if opts["json_out"]:
         opts["json_out"].write_text(json.dumps(report, indent=2) + "\n")
     if not report["passed"]:
         click.get_current_context().exit(1)
+
+
+def _version_from(path: Path) -> str:
+    """The ``version`` of a `sidecar train --stats-json` file."""
+    from sidecar.errors import DataError
+
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise DataError(f"{path}: not a JSON file ({exc})") from None
+    version = doc.get("version") if isinstance(doc, dict) else None
+    if not isinstance(version, str) or not version:
+        raise DataError(f"{path} names no model version (a `sidecar train --stats-json` file)")
+    return version
 
 
 def _rate_line(name: str, r: dict[str, Any]) -> str:

@@ -289,3 +289,72 @@ def test_retraining_args_are_a_valid_command_line(render: Any) -> None:
     docs = render({"retraining": {"enabled": True, "kbSource": {"configMap": "kb"}}})
     container = pod_spec(docs[("CronJob", f"{FULLNAME}-retrain")])["containers"][0]
     _cli_accepts(container["args"])
+    gate = {"enabled": True, "maxFrr": 0.02, "oodQueries": "/kb/ood.jsonl", "minAuroc": 0.9}
+    gated = render({"retraining": {"enabled": True, "kbSource": {"configMap": "kb"}, "gate": gate}})
+    spec = pod_spec(gated[("CronJob", f"{FULLNAME}-retrain")])
+    for container in [*spec["initContainers"], *spec["containers"]]:
+        _cli_accepts(container["args"])
+
+
+def test_the_gated_retraining_job_promotes_only_a_model_that_passes(
+    render: Any, tmp_path: Path
+) -> None:
+    """The job's two command lines, as rendered, run one after the other (with the real
+    encoder, a directory store, and /tmp moved under tmp_path) on the demo KB."""
+    from click.testing import CliRunner
+
+    from model_store import DirectoryStore
+    from sidecar.cli import main
+
+    data = Path(__file__).resolve().parents[2] / "sidecar" / "data"
+    kb = tmp_path / "kb"
+    kb.mkdir()
+    (kb / "kb.jsonl").write_text((data / "demo_kb.jsonl").read_text())
+    for name, cut in (("id", 50), ("ood", 40)):  # the rest held out for the gate
+        lines = (data / f"demo_{name}_queries.jsonl").read_text().splitlines(keepends=True)
+        (kb / f"{name}.jsonl").write_text("".join(lines[:cut]))
+        (kb / f"held_{name}.jsonl").write_text("".join(lines[cut:]))
+    env = {
+        "HOME": str(tmp_path),  # as the chart sets it: caches under ~ go to /tmp
+        "SIDECAR_STORE__BACKEND": "directory",
+        "SIDECAR_STORE__DIRECTORY": str(tmp_path / "store"),
+    }
+
+    # the pod's /tmp (an emptyDir both containers mount) under tmp_path
+    moved = {f"/tmp/{n}": str(tmp_path / n) for n in ("train-out", "candidate.json")}
+
+    def run_job(seed: str, gate: dict[str, Any]) -> list[int]:
+        train = ["train", "--kb", f"{kb}/kb.jsonl", "--id-queries", f"{kb}/id.jsonl"]
+        train += ["--ood-queries", f"{kb}/ood.jsonl", "--detector", "knn", "--seed", seed]
+        values = {
+            "retraining": {
+                "enabled": True,
+                "kbSource": {"configMap": "kb"},
+                "kbName": "clinic",
+                "args": [*train, "--out", "/tmp/train-out", "--no-report", "--publish"],
+                "gate": {
+                    "enabled": True,
+                    "idQueries": f"{kb}/held_id.jsonl",
+                    "oodQueries": f"{kb}/held_ood.jsonl",
+                    **gate,
+                },
+            }
+        }
+        spec = pod_spec(render(values)[("CronJob", f"{FULLNAME}-retrain")])
+        codes = []
+        for container in [*spec["initContainers"], *spec["containers"]]:
+            args = [moved.get(a, a) for a in container["args"]]
+            res = CliRunner().invoke(main, args, env=env)
+            codes.append(res.exit_code)
+            if res.exit_code:
+                break
+        return codes
+
+    assert run_job("0", {"maxFrr": 1}) == [0, 0]
+    store = DirectoryStore(tmp_path / "store")
+    first = store.active("clinic")
+    assert first is not None and len(store.versions("clinic")) == 1
+    # 0 of 20 held-out OOD queries accepted still leaves a 95% interval up to 17%:
+    # a conservative 5% limit cannot pass, and the serving version stays
+    assert run_job("1", {"maxOodAccept": 0.05, "conservative": True}) == [0, 1]
+    assert store.active("clinic") == first and len(store.versions("clinic")) == 2

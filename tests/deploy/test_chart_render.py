@@ -89,6 +89,47 @@ def test_retraining_from_a_pvc_validates(render: Any) -> None:
     assert job["spec"]["concurrencyPolicy"] == "Forbid"
 
 
+GATED = {
+    "enabled": True,
+    "kbSource": {"configMap": "kb"},
+    "gate": {"enabled": True, "maxFrr": 0, "oodQueries": "/kb/ood.jsonl", "minAuroc": 0.98},
+}
+
+
+def test_gated_retraining_stores_then_checks_and_promotes(render: Any) -> None:
+    docs = render({"retraining": GATED})
+    _validate_all(docs)
+    spec = pod_spec(docs[("CronJob", f"{FULLNAME}-retrain")])
+    (train,), (gate,) = spec["initContainers"], spec["containers"]
+    assert train["args"][-3:] == ["--no-promote", "--stats-json", "/tmp/candidate.json"]
+    assert "--publish" in train["args"]
+    args = gate["args"]
+    assert args[args.index("check") :][:5] == [
+        "check",
+        "--kb",
+        "default",
+        "--version-from",
+        "/tmp/candidate.json",
+    ]
+    # a limit of 0 is a gate, not a missing one
+    assert (
+        args[args.index("--max-frr") + 1] == "0" and args[args.index("--min-auroc") + 1] == "0.98"
+    )
+    assert "--max-ood-accept" not in args and args[-2:] == ["--promote", "--no-progress"]
+    assert {m["mountPath"] for m in gate["volumeMounts"]} == {
+        m["mountPath"] for m in train["volumeMounts"]
+    }  # /tmp carries the version id from one to the other
+
+
+def test_a_gate_needs_a_limit_and_ood_queries_for_ood_limits(render_raw: Any) -> None:
+    helm_python = pytest.importorskip("helm_python")
+    base = {"enabled": True, "kbSource": {"configMap": "kb"}}
+    with pytest.raises(helm_python.HelmError, match="at least one of"):
+        render_raw({"retraining": {**base, "gate": {"enabled": True}}})
+    with pytest.raises(helm_python.HelmError, match=r"need gate\.oodQueries"):
+        render_raw({"retraining": {**base, "gate": {"enabled": True, "maxOodAccept": 0.05}}})
+
+
 def test_retraining_needs_exactly_one_kb_source(render_raw: Any) -> None:
     helm_python = pytest.importorskip("helm_python")
     with pytest.raises(helm_python.HelmError, match="kbSource"):

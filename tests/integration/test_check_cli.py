@@ -136,6 +136,42 @@ def test_against_measures_the_serving_version_on_the_same_queries(
     assert doc["against"]["false_reject"]["count"] == flagged
 
 
+def test_promote_only_when_the_gates_hold(setup: dict[str, Path], tmp_path: Path) -> None:
+    import shutil
+
+    store_dir = tmp_path / "store"
+    shutil.copytree(setup["store"], store_dir)
+    store = DirectoryStore(store_dir)
+    active = store.active("synthetic")
+    (first,) = [v for v in store.versions("synthetic") if v != active]
+    stats = tmp_path / "cand.json"
+    stats.write_text(json.dumps({"version": first, "train_total_s": 1.0}))
+    base = ["--store-dir", str(store_dir), "--kb", "synthetic", "--version-from", str(stats)]
+    res = _check(setup, *base, "--promote", "--max-frr", "0")  # no query may be refused
+    assert res.exit_code == 1 and "FAILED" in res.output, res.output
+    assert store.active("synthetic") == active  # a failed gate promotes nothing
+    res = _check(setup, *base, "--promote", "--max-frr", "1", "--against", "active")
+    assert res.exit_code == 0 and f"promoted synthetic/{first}" in res.output, res.output
+    assert store.active("synthetic") == first
+
+
+def test_a_first_release_has_nothing_to_compare_with(
+    setup: dict[str, Path], tmp_path: Path
+) -> None:
+    from model_store import load_dir
+
+    store = DirectoryStore(tmp_path / "store")
+    version = store.put(load_dir(setup["art"]))  # stored, never promoted
+    args = ["--store-dir", str(tmp_path / "store"), "--kb", "synthetic", "--version", version]
+    res = _check(setup, *args, "--against", "active", "--max-frr", "1", "--promote")
+    assert res.exit_code == 0, res.output
+    assert "against active: KB 'synthetic' has no such version yet" in res.output
+    assert store.active("synthetic") == version
+    # a version id that matches nothing is an error, not a comparison skipped
+    res = _check(setup, *args, "--against", "ffffffff")
+    assert res.exit_code == 2 and "has no version 'ffffffff'" in res.output, res.output
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
@@ -143,6 +179,7 @@ def test_against_measures_the_serving_version_on_the_same_queries(
         (["--id-embeddings", "{root}/missing.npy"], "missing.npy"),
         (["--json", "{root}"], "--json"),
         (["--against", "active"], "store directory"),
+        (["--version-from", "{root}/id_held.npy"], "id_held.npy: not a JSON file"),
     ],
 )
 def test_bad_input_is_one_error_line(
@@ -156,8 +193,8 @@ def test_bad_input_is_one_error_line(
         main,
         [
             "check",
-            *("--artifact", str(setup["art"]), "--id-embeddings", str(setup["id_held"])),
-            *filled,
+            *("--id-embeddings", str(setup["id_held"])),
+            *(filled if "--version-from" in filled else ["--artifact", str(setup["art"]), *filled]),
         ],
         env={"SIDECAR_STORE__BACKEND": "directory", "SIDECAR_STORE__DIRECTORY": "/nonexistent"},
     )
@@ -170,6 +207,8 @@ def test_bad_input_is_one_error_line(
         ([], "give --id-queries or --id-embeddings"),
         (["--id-embeddings", "x.npy", "--id-queries", "x.jsonl"], "not both"),
         (["--id-embeddings", "x.npy", "--min-auroc", "0.9"], "--min-auroc needs --ood-queries"),
+        (["--id-embeddings", "x.npy", "--promote"], "--promote needs at least one gate"),
+        (["--id-embeddings", "x.npy", "--promote", "--max-frr", "0.1"], "leave out --artifact"),
     ],
 )
 def test_usage_errors_are_refused_before_any_work(

@@ -86,11 +86,13 @@ def as_labels(y: Any, n: int) -> np.ndarray | None:
     """Labels as int8 (1 = OOD, 0 = ID), or None when absent or all ID."""
     if y is None:
         return None
-    lab = np.asarray(y).astype(np.int8).ravel()
-    if lab.shape[0] != n:
-        raise DataError(f"{lab.shape[0]} labels for {n} samples")
-    if not np.isin(lab, (0, 1)).all():
+    raw = np.asarray(y).ravel()
+    if raw.shape[0] != n:
+        raise DataError(f"{raw.shape[0]} labels for {n} samples")
+    # checked before the cast: int8 would wrap 256 to 0 and truncate 0.7 to 0
+    if not np.isin(raw, (0, 1)).all():
         raise DataError("labels must be 0 (ID) or 1 (OOD)")
+    lab = raw.astype(np.int8)
     if not (lab == 0).any():
         raise DataError("training data has no ID sample (label 0)")
     return lab if (lab == 1).any() else None
@@ -124,7 +126,9 @@ class OODDetector(BaseEstimator):
         raise NotImplementedError
 
     def decision_function(self, X: Any) -> np.ndarray:
-        """``score_samples(X) - offset_``: positive means OOD at the detector's own rule."""
+        """``score_samples(X) - offset_``: positive means OOD at the detector's own
+        threshold. (The epsilon detectors' ``predict`` is the paper's neighbour vote,
+        which can disagree with this continuous score near a tie.)"""
         return self.score_samples(X) - float(self.offset_)
 
     def predict(self, X: Any) -> np.ndarray:
@@ -199,6 +203,8 @@ def _jsonable(obj: Any) -> Any:
         return {str(k): _jsonable(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
         return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _jsonable(obj.tolist())
     if isinstance(obj, np.generic):
         return obj.item()
     return obj

@@ -169,13 +169,14 @@ class MaxCosineDetector(OODDetector):
     def inputs(self) -> tuple[str, ...]:
         return ("full",)
 
-    def _k(self) -> int:
+    def _k(self, n_kb: int | None = None) -> int:
+        """The neighbour rank scored, for a KB of ``n_kb`` rows (default: the fitted one)."""
         return 1
 
     def fit(self, X: Any, y: Any = None) -> MaxCosineDetector:
         """Keep the KB embeddings ``X`` (n_kb, d) (ID rows only when ``y`` is given)."""
         kb = _unit_rows(_id_rows(X, y))
-        k = self._k()
+        k = self._k(kb.shape[0])
         if kb.shape[0] < k + 1:
             raise DataError(f"{self.kind} needs more than {k} KB embeddings")
         self.kb_ = kb
@@ -221,10 +222,12 @@ class KNNDetector(MaxCosineDetector):
         super().__init__(quantile=quantile, random_state=random_state)
         self.n_neighbors = n_neighbors
 
-    def _k(self) -> int:
+    def _k(self, n_kb: int | None = None) -> int:
         k = int(self.n_neighbors)
-        if hasattr(self, "kb_"):
-            k = min(k, self.kb_.shape[0] - 1)
+        if n_kb is None and hasattr(self, "kb_"):
+            n_kb = self.kb_.shape[0]
+        if n_kb is not None:
+            k = min(k, n_kb - 1)
         return max(k, 1)
 
     def fit(self, X: Any, y: Any = None) -> KNNDetector:

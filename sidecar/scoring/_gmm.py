@@ -123,7 +123,7 @@ class GMMDetector(OODDetector):
         Y = X @ self._W
         Y -= self._muL
         Y *= Y
-        lp = self._const - 0.5 * Y.reshape(n, k, -1).sum(axis=2)  # (n, K) log p(x, k)
+        lp = self._const - 0.5 * Y.reshape(n, k, X.shape[1]).sum(axis=2)  # (n, K) log p(x, k)
         ll_id = _logsumexp_rows(lp[:, : self._n_id_components])
         if self._n_id_components == k:
             return -ll_id

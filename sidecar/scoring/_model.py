@@ -263,8 +263,13 @@ class OODModel:
         return np.asarray(self.detector.score_samples(self.features(E)), dtype=np.float64)
 
     def predict(self, E: Any) -> np.ndarray:
-        """True where the query is OOD (``score > threshold``); bool ndarray of shape (n,)."""
-        return self.score(E) > self.threshold
+        """True where the query is OOD (``score > threshold``); bool ndarray of shape (n,).
+
+        A query without a score (NaN: an embedding that is not all numbers) is OOD: an
+        answer nothing vouches for is refused, as the stream's fail-closed mode does.
+        """
+        s = self.score(E)
+        return (s > self.threshold) | np.isnan(s)
 
     def with_metrics(self, **metrics: Any) -> OODModel:
         """A copy with ``metrics`` merged into the model's metrics."""

@@ -40,6 +40,8 @@ def auroc(id_scores: np.ndarray, ood_scores: np.ndarray) -> float:
 
 def fpr_at_tpr(id_scores: np.ndarray, ood_scores: np.ndarray, tpr: float = 0.95) -> float:
     """Share of OOD scores at or below the threshold that accepts ``tpr`` of the ID scores."""
+    if not 0.0 < tpr <= 1.0:
+        raise ValueError(f"tpr must be in (0, 1], got {tpr}")
     a, b = _scores(id_scores, ood_scores)
     thr = np.sort(a)[int(np.ceil(tpr * a.size)) - 1]
     return float(np.mean(b <= thr))

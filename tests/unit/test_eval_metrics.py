@@ -46,6 +46,9 @@ def test_fpr_at_95tpr_hand_value() -> None:
     s_id = np.arange(100, dtype=float)  # 95 % of ID accepted at threshold 94
     s_ood = np.array([10.0, 94.0, 94.5, 200.0])
     assert fpr_at_tpr(s_id, s_ood, 0.95) == 0.5
+    for bad in (0.0, -0.1, 1.5):  # 0 used to index the largest ID score
+        with pytest.raises(ValueError, match="tpr must be in"):
+            fpr_at_tpr(s_id, s_ood, bad)
 
 
 def test_balanced_accuracy_matches_sklearn() -> None:

@@ -84,6 +84,16 @@ def test_models_separate_id_from_ood(kind: str) -> None:
     assert s[20:].mean() > s[:20].mean()
 
 
+@pytest.mark.parametrize("kind", detector_kinds())
+def test_a_query_that_is_not_all_numbers_is_nan_and_predicted_ood(kind: str) -> None:
+    E = _data()["test"][:3].copy()
+    E[0, 5] = np.nan
+    model = _model(kind)
+    s = model.score(E)
+    assert np.isnan(s[0]) and np.isfinite(s[1:]).all()
+    assert model.predict(E)[0]  # refused, never waved through as ID
+
+
 @pytest.mark.parametrize(
     "kind",
     [

@@ -187,8 +187,8 @@ def check_command(**opts: Any) -> None:
     report["passed"] = all(v["met"] for v in verdicts)
     if opts["promote"] and report["passed"]:
         with _open(store_dir, redis_url, create=False) as store:
-            store.promote(model.kb, version)
-        click.echo(f"promoted {model.kb}/{version}")
+            moved = store.promote(model.kb, version)
+        click.echo(f"{'promoted' if moved else 'already active:'} {model.kb}/{version}")
     report["promoted"] = bool(opts["promote"] and report["passed"])
     if opts["json_out"]:
         opts["json_out"].write_text(json.dumps(report, indent=2) + "\n")

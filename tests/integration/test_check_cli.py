@@ -153,6 +153,8 @@ def test_promote_only_when_the_gates_hold(setup: dict[str, Path], tmp_path: Path
     res = _check(setup, *base, "--promote", "--max-frr", "1", "--against", "active")
     assert res.exit_code == 0 and f"promoted synthetic/{first}" in res.output, res.output
     assert store.active("synthetic") == first
+    res = _check(setup, *base, "--promote", "--max-frr", "1")  # a retrain that changed nothing
+    assert res.exit_code == 0 and f"already active: synthetic/{first}" in res.output
 
 
 def test_a_first_release_has_nothing_to_compare_with(

@@ -113,6 +113,10 @@ def calibrate_command(**opts: Any) -> None:
     settings = load_settings()
     store_dir, redis_url = opts["store_dir"], opts["redis_url"]
     kb_name = opts["kb"] or settings.scoring.default_kb
+    if opts["publish"]:  # before the queries are encoded, not after
+        from sidecar.cli._options import check_publish_target
+
+        check_publish_target(_settings(store_dir, redis_url), kb_name)
     if opts["artifact"] is not None:
         if opts["ref"] != "active":
             raise ConfigError("--artifact recalibrates that directory: leave out --version")

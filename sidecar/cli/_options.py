@@ -71,10 +71,19 @@ seed_option = click.option(
     help="Seed of splits and fits.",
 )
 
+
+def _usable_cache_dir(ctx: click.Context, param: click.Parameter, value: Path | None) -> Any:
+    """--cache-dir checked before the encoder loads (a file there used to fail only then)."""
+    if value is not None:
+        check_output_dir(value, "--cache-dir")
+    return value
+
+
 cache_dir_option = click.option(
     "--cache-dir",
     default=None,
     type=click.Path(path_type=Path),
+    callback=_usable_cache_dir,
     help="Embedding cache [default: ~/.cache/ood-sidecar/embeddings].",
 )
 
@@ -158,3 +167,19 @@ def select_kbs(tasks: list[Any], kbs: str | None, benchmark: str) -> list[Any]:
     if missing:
         raise ConfigError(f"{benchmark} has no KB {missing}; it has {[t.name for t in tasks]}")
     return [t for t in tasks if t.name in wanted]
+
+
+def check_publish_target(settings: Any, kb: str) -> None:
+    """Fail before a command's long work where it could not publish at its end: a store
+    directory that cannot be made (checked, not created), or a Redis store that cannot
+    be reached (one pointer read)."""
+    if settings.store.backend == "directory":
+        check_output_dir(Path(settings.store.directory), "store directory")
+        return
+    from sidecar._stores import open_store
+
+    store = open_store(settings)
+    try:
+        store.active(kb)
+    finally:
+        store.close()

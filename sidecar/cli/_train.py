@@ -188,6 +188,10 @@ def train_command(**opts: Any) -> None:
     if store:
         overrides["store"] = store
     settings = load_settings(**overrides)
+    if opts["publish"]:  # before the inputs are embedded, not after the training
+        from sidecar.cli._options import check_publish_target
+
+        check_publish_target(settings, opts["kb_name"] or settings.scoring.default_kb)
     progress = not opts["no_progress"]
     features = None
     if opts["features"]:

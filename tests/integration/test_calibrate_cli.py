@@ -105,6 +105,11 @@ def test_bad_requests_get_one_error_line(
         "has no active version": [
             "--store-dir", str(tmp_path / "empty_store"), "--kb", "nope", *few, "--publish",
         ],
+        # the store is checked before the queries are scored (98 of them would be refused)
+        "store directory": [
+            *art, *few, "--publish", "--store-dir", str(tmp_path / "few.npy" / "store"),
+        ],
+        "--cache-dir": [*art, *few, "--cache-dir", str(tmp_path / "few.npy"), "--out", "g"],
     }  # fmt: skip
     (tmp_path / "empty_store").mkdir()
     for want, args in cases.items():

@@ -231,6 +231,11 @@ def _bad_inputs(tmp_path: Path, embeddings: dict[str, Path]) -> dict[str, tuple[
         "both kb inputs": (["--kb", str(tmp_path / "kb.jsonl")], "give --kb or --kb-embeddings"),
         "stats dir": (["--stats-json", str(tmp_path / "adir")], "--stats-json"),
         "m over budget": (["--m", "40"], "m=40: combined models take at most 32"),
+        "publish to a file": (
+            ["--publish", "--store-backend", "directory", "--store-dir", f"{tmp_path}/nan.npy/s"],
+            "store directory",
+        ),
+        "cache dir a file": (["--cache-dir", str(tmp_path / "nan.npy")], "--cache-dir"),
         "m range over budget": (["--m-range", "8:64"], "m=64: combined models take at most 32"),
     }
 
@@ -251,6 +256,8 @@ def _bad_inputs(tmp_path: Path, embeddings: dict[str, Path]) -> dict[str, tuple[
         "stats dir",
         "m over budget",
         "m range over budget",
+        "publish to a file",
+        "cache dir a file",
     ],
 )
 def test_bad_input_is_one_line_before_any_training(

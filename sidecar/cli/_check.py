@@ -229,3 +229,9 @@ def _show(title: str, f: dict[str, Any]) -> None:
             f"(95% interval {a['low']:.4f}-{a['high']:.4f}), FPR at 95% TPR "
             f"{f['fpr_at_95tpr']:.4f}"
         )
+    copies = sum(f.get("training_copies", {}).values())
+    if copies:
+        click.echo(
+            f"  warning: {copies} of these queries repeat the model's training queries "
+            f"({f['training_copies']}): its figures on them are optimistic"
+        )

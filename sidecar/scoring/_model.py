@@ -262,6 +262,16 @@ class OODModel:
         """
         return np.asarray(self.detector.score_samples(self.features(E)), dtype=np.float64)
 
+    def training_copies(self, E: Any) -> np.ndarray | None:
+        """True where a row of ``E`` (n, dim) repeats a labelled training query the model
+        keeps (cosine >= 0.9999 to a row of its neighbour banks); None for a model that
+        keeps none. Figures measured on such rows are optimistic."""
+        if self._banks is None:
+            return None
+        q = _unit(np.asarray(E))
+        near = [top_cosines(q, bank, 1) >= _DUPLICATE_COS for bank in self._banks]
+        return np.logical_or(*near)
+
     def predict(self, E: Any) -> np.ndarray:
         """True where the query is OOD (``score > threshold``); bool ndarray of shape (n,).
 

@@ -50,8 +50,14 @@ def holdout_figures(model: OODModel, E_id: np.ndarray, E_ood: np.ndarray | None)
         "n_id": int(s_id.size),
         "false_reject": _rate(s_id > model.threshold),
     }
+    copies = model.training_copies(E_id)
+    if copies is not None:
+        out["training_copies"] = {"id": int(copies.sum())}
     if E_ood is None or len(E_ood) == 0:
         return out
+    copies = model.training_copies(E_ood)
+    if copies is not None:
+        out["training_copies"]["ood"] = int(copies.sum())
     s_ood = model.score(E_ood)
     a = auroc(s_id, s_ood)
     se = auroc_standard_error(a, int(s_id.size), int(s_ood.size))

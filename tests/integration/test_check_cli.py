@@ -174,6 +174,34 @@ def test_a_first_release_has_nothing_to_compare_with(
     assert res.exit_code == 2 and "has no version 'ffffffff'" in res.output, res.output
 
 
+def test_training_queries_given_as_held_out_are_flagged(setup: dict[str, Path]) -> None:
+    out = setup["root"] / "nb"
+    res = CliRunner().invoke(
+        main,
+        [
+            "train",
+            *("--kb-embeddings", str(setup["kb"]), "--id-embeddings", str(setup["id"])),
+            *("--ood-embeddings", str(setup["ood"]), "--m", "4"),
+            *("--features", "pcs,residual,neighbours", "--out", str(out)),
+            *("--no-report", "--no-progress"),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    report = setup["root"] / "nb.json"
+    args = ["--artifact", str(out), "--json", str(report)]
+    res = CliRunner().invoke(
+        main, ["check", *args, "--id-embeddings", str(setup["id"]), "--ood-embeddings",
+               str(setup["ood_held"])],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    copies = json.loads(report.read_text())["checked"]["training_copies"]
+    assert copies["id"] > 0 and copies["ood"] == 0
+    assert "repeat the model's training queries" in res.output
+    res = _check(setup, *args)  # truly held out: nothing to warn about
+    assert res.exit_code == 0 and "repeat the model" not in res.output
+    assert json.loads(report.read_text())["checked"]["training_copies"] == {"id": 0, "ood": 0}
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [

@@ -20,6 +20,9 @@ class _FirstColumn:
     def score(self, E: np.ndarray) -> np.ndarray:
         return np.asarray(E, dtype=np.float64)[:, 0]
 
+    def training_copies(self, E: np.ndarray) -> None:  # keeps no training queries
+        return None
+
 
 def test_rate_interval_is_the_exact_binomial_one() -> None:
     assert rate_interval(0, 70) == pytest.approx((0.0, 1 - 0.025 ** (1 / 70)))

@@ -134,7 +134,9 @@ def check_command(**opts: Any) -> None:
     ref = opts["ref"]
     if opts["version_from"]:
         if ref != "active" or opts["artifact"]:
-            raise click.UsageError("--version-from names the version: leave out --version")
+            raise click.UsageError(
+                "--version-from names a store version: leave out --version and --artifact"
+            )
         ref = _version_from(opts["version_from"])
     if opts["json_out"]:
         check_output_file(opts["json_out"], "--json")

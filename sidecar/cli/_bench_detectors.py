@@ -304,7 +304,9 @@ def _scale(
     callback=int_list(1),
     help="Values of m for the scaling table ('' to skip).",
 )
-@click.option("--detectors", "only", default="", help="Comma-separated subset of detectors.")
+@click.option(
+    "--detectors", "only", default="", help="Comma-separated subset of detectors [default: all]."
+)
 @click.option(
     "--blas-threads",
     default=1,
@@ -341,7 +343,12 @@ def detectors_cmd(
     from sidecar.errors import ConfigError
     from sidecar.scoring import detector_kinds
 
-    kinds = [k for k in only.split(",") if k] or list(detector_kinds())
+    if only.strip():
+        kinds = [k.strip() for k in only.split(",") if k.strip()]
+        if not kinds:
+            raise ConfigError(f"--detectors {only!r} names no detector")
+    else:  # not given: every detector
+        kinds = list(detector_kinds())
     unknown = sorted(set(kinds) - set(detector_kinds()))
     if unknown:
         raise ConfigError(f"unknown detectors: {', '.join(unknown)}")

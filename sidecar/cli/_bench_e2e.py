@@ -21,32 +21,36 @@ from sidecar.cli._root import bench
     help="Write the report here.",
 )
 @click.option(
-    "--queries", type=int, default=2000, show_default=True, help="Queries in the saturation run."
+    "--queries",
+    type=click.IntRange(min=1),
+    default=2000,
+    show_default=True,
+    help="Queries in the saturation run.",
 )
 @click.option(
     "--half-rate-queries",
-    type=int,
+    type=click.IntRange(min=1),
     default=1000,
     show_default=True,
     help="At most this many queries in the half-rate run (about 30 s of traffic).",
 )
 @click.option(
     "--batch-max",
-    type=int,
+    type=click.IntRange(1, 4096),  # scoring.batch_max's own range
     default=64,
     show_default=True,
     help="scoring.batch_max of the worker (and the encoder-only batch size).",
 )
 @click.option(
     "--batch-timeout-ms",
-    type=int,
+    type=click.IntRange(min=0),
     default=5,
     show_default=True,
     help="scoring.batch_timeout_ms of the worker.",
 )
 @click.option(
     "--encoder-threads",
-    type=int,
+    type=click.IntRange(min=0),
     default=0,
     show_default=True,
     help="scoring.encoder_threads of the worker and of the encoder-only run "
@@ -163,10 +167,15 @@ def e2e(
 @click.option(
     "--texts-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True
 )
-@click.option("--batch-size", type=int, required=True)
+@click.option("--batch-size", type=click.IntRange(1, 4096), required=True)
 @click.option("--encoder", default="all-MiniLM-L6-v2")
-@click.option("--repeats", type=int, default=1)
-@click.option("--threads", type=int, default=0, help="torch threads (0: as the worker's default).")
+@click.option("--repeats", type=click.IntRange(min=1), default=1)
+@click.option(
+    "--threads",
+    type=click.IntRange(min=0),
+    default=0,
+    help="torch threads (0: as the worker's default).",
+)
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default="float32")
 @click.option("--backend", type=click.Choice(["torch", "onnx"]), default="torch")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), required=True)

@@ -90,6 +90,8 @@ def recalibration_command(
     check_output_file(json_out, "--json")
     if detector not in detector_kinds():
         raise ConfigError(f"unknown detector {detector!r}; one of {', '.join(detector_kinds())}")
+    if data_dir.exists() and not data_dir.is_dir():
+        raise DataError(f"--data-dir {data_dir} is not a directory")
     tasks = load_benchmark(benchmark, data_dir, "dev")
     tasks = select_kbs(tasks, kbs, benchmark)
     settings = load_settings()

@@ -104,9 +104,32 @@ def bench_rules_command(**o: Any) -> None:
     Brute force checks exactness where n <= BRUTE-MAX-N. Writes one record per n and
     setting plus medians, beside the paper's pruning (up to 70% omission, 50% retention).
     """
+    from sidecar.cli._options import check_output_file
+    from sidecar.errors import ConfigError, DataError
+
+    # Every input is checked before the synthetic part (minutes) and before any model or
+    # endpoint is touched.
+    check_output_file(o["json_out"], "--json")
+    if o["n_min"] > o["n_max"]:
+        raise ConfigError("--n-min must not exceed --n-max")
+    if o["base_url"] is not None and not o["base_url"].startswith(("http://", "https://")):
+        raise ConfigError(f"--base-url must be http(s)://..., got {o['base_url']!r}")
+    if o["llm_questions"] and not (o["base_url"] or o["local_model"]):
+        raise ConfigError("--llm-questions needs --local-model or --base-url")
+    hotpot_path: Path = o["hotpot_path"]
+    if (o["hotpot_questions"] or o["llm_questions"]) and not hotpot_path.is_file():
+        if hotpot_path.is_dir():
+            raise DataError(f"--hotpot {hotpot_path} is a directory, not a HotpotQA JSONL file")
+        # With a hint: the default path is relative to the current directory, so it is
+        # missing when run from anywhere else.
+        where = "" if hotpot_path.is_absolute() else " (relative to the current directory)"
+        raise DataError(
+            f"HotpotQA file not found: {hotpot_path}{where}; pass --hotpot PATH, "
+            "or --hotpot-questions 0 (and no --llm-questions) to skip HotpotQA"
+        )
+
     from tqdm.auto import tqdm
 
-    from sidecar.errors import ConfigError, DataError
     from sidecar.explain._bench import (
         PAPER_PRUNED_SHARE,
         MemoBlackBox,
@@ -123,16 +146,32 @@ def bench_rules_command(**o: Any) -> None:
     from sidecar.explain._prompt import build_messages
     from sidecar.settings import load_settings
 
-    if o["n_min"] > o["n_max"]:
-        raise ConfigError("--n-min must not exceed --n-max")
-    # Checked before the synthetic part (minutes), and with a hint: the default path is
-    # relative to the current directory, so it is missing when run from anywhere else.
-    if (o["hotpot_questions"] or o["llm_questions"]) and not o["hotpot_path"].is_file():
-        where = "" if o["hotpot_path"].is_absolute() else " (relative to the current directory)"
-        raise DataError(
-            f"HotpotQA file not found: {o['hotpot_path']}{where}; pass --hotpot PATH, "
-            "or --hotpot-questions 0 (and no --llm-questions) to skip HotpotQA"
+    # The questions are read now too, so that a bad file or an --llm-skip past its end
+    # is reported before the synthetic part rather than after it.
+    sim_items = (
+        load_hotpot(hotpot_path, limit=o["hotpot_questions"], n_sources=o["hotpot_sources"])
+        if o["hotpot_questions"]
+        else []
+    )
+    llm_items = []
+    explain_settings = None
+    if o["llm_questions"]:
+        if o["llm_skip"]:
+            records = _count_records(hotpot_path)
+            if o["llm_skip"] >= records:
+                raise ConfigError(
+                    f"--llm-skip {o['llm_skip']} skips past the end of {hotpot_path} "
+                    f"({records} records)"
+                )
+        screen = max(o["llm_screen"], o["llm_questions"])
+        llm_items = load_hotpot(
+            hotpot_path, limit=screen, n_sources=o["llm_sources"], skip=o["llm_skip"]
         )
+        if o["base_url"]:
+            overrides = {"base_url": o["base_url"], "max_tokens": o["max_tokens"]}
+            if o["model"]:
+                overrides["model"] = o["model"]
+            explain_settings = load_settings(explain=overrides).explain
     started = time.time()
     report: dict[str, Any] = {
         "benchmark": "rules",
@@ -169,10 +208,7 @@ def bench_rules_command(**o: Any) -> None:
     # --- HotpotQA, simulated black box ------------------------------------------------
     hotpot: list[dict[str, Any]] = []
     if o["hotpot_questions"]:
-        items = load_hotpot(
-            o["hotpot_path"], limit=o["hotpot_questions"], n_sources=o["hotpot_sources"]
-        )
-        for item in tqdm(items, desc="hotpotqa (simulated)", disable=o["no_progress"]):
+        for item in tqdm(sim_items, desc="hotpotqa (simulated)", disable=o["no_progress"]):
             rec = asyncio.run(
                 hotpot_record(
                     item,
@@ -190,19 +226,11 @@ def bench_rules_command(**o: Any) -> None:
     # --- HotpotQA, real LLM ----------------------------------------------------------
     if o["llm_questions"]:
         black_box: BlackBox
-        if o["base_url"]:
-            overrides = {"base_url": o["base_url"], "max_tokens": o["max_tokens"]}
-            if o["model"]:
-                overrides["model"] = o["model"]
-            black_box = ChatCompletionsClient(load_settings(explain=overrides).explain)
-        elif o["local_model"]:
+        if explain_settings is not None:
+            black_box = ChatCompletionsClient(explain_settings)
+        else:  # --local-model (checked above)
             black_box = LocalSmolLM2(max_tokens=o["max_tokens"])
-        else:
-            raise ConfigError("--llm-questions needs --local-model or --base-url")
-        screen = max(o["llm_screen"], o["llm_questions"])
-        items = load_hotpot(
-            o["hotpot_path"], limit=screen, n_sources=o["llm_sources"], skip=o["llm_skip"]
-        )
+        items = llm_items
         memo = MemoBlackBox(black_box)  # the screening answers are reused by the miners
         setting = f"hotpotqa_llm:{black_box.name}"
 
@@ -281,3 +309,9 @@ def _aggregate(n: int, kind: str, recs: list[dict[str, Any]]) -> dict[str, Any]:
 def _write(path: Path, doc: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def _count_records(path: Path) -> int:
+    """The non-blank lines of a JSONL file (what load_hotpot counts as records)."""
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        return sum(1 for line in fh if line.strip())

@@ -52,7 +52,7 @@ from sidecar.cli._root import bench
     "--swap-window",
     default=3.0,
     show_default=True,
-    type=float,
+    type=click.FloatRange(min=0, min_open=True),
     help="Seconds after a promotion or rollback counted as 'during swap'.",
 )
 @click.option(

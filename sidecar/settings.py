@@ -20,10 +20,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from sidecar.errors import ConfigError
@@ -32,8 +41,20 @@ DEFAULT_ENCODER = "all-MiniLM-L6-v2"
 DEFAULT_SECRETS_DIR = Path("/run/secrets/sidecar")
 
 
+# Set while load_settings reads the environment alone, before secret files are merged in:
+# checks that span several fields (a SASL password may come from a file) wait until then.
+_ENV_ONLY: ContextVar[bool] = ContextVar("_ENV_ONLY", default=False)
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def _not_empty_path(v: Any, name: str, instead: str) -> Any:
+    """An empty variable would otherwise become ``Path("")``, i.e. the working directory."""
+    if isinstance(v, str) and not v.strip():
+        raise ValueError(f"{name} is empty ({instead})")
+    return v
 
 
 def _not_blank(v: SecretStr | None, name: str, instead: str) -> SecretStr | None:
@@ -91,6 +112,24 @@ class KafkaSettings(_Section):
     def _password_not_blank(cls, v: SecretStr | None) -> SecretStr | None:
         return _not_blank(v, "kafka.sasl_password", "unset it without SASL")
 
+    @model_validator(mode="after")
+    def _sasl_has_credentials(self) -> KafkaSettings:
+        # aiokafka would fail deep inside the worker's start with a traceback instead.
+        if _ENV_ONLY.get() or not self.security_protocol.startswith("SASL"):
+            return self
+        missing = [
+            f"kafka.{name}"
+            for name in ("sasl_username", "sasl_password")
+            if getattr(self, name) is None
+        ]
+        if missing:
+            raise ValueError(
+                f"kafka.security_protocol {self.security_protocol} needs "
+                + " and ".join(missing)
+                + " (the password may be the secret file kafka__sasl_password)"
+            )
+        return self
+
 
 class RedisSettings(_Section):
     """The Redis that holds the model store."""
@@ -141,6 +180,11 @@ class StoreSettings(_Section):
     def _key_not_blank(cls, v: SecretStr | None) -> SecretStr | None:
         return _not_blank(v, "store.hmac_key", "unset it to run unsigned")
 
+    @field_validator("directory", mode="before")
+    @classmethod
+    def _directory_not_empty(cls, v: Any) -> Any:
+        return _not_empty_path(v, "store.directory", "unset it for ./model-store")
+
 
 class ScoringSettings(_Section):
     """Encoder, micro-batching and input policy on the scoring path."""
@@ -188,10 +232,41 @@ class ScoringSettings(_Section):
         # The chart always sets the variable; an empty value switches the lookup off.
         return None if isinstance(v, str) and not v.strip() else v
 
+    @field_validator("onnx_cache_dir", mode="before")
+    @classmethod
+    def _cache_dir_not_empty(cls, v: Any) -> Any:
+        return _not_empty_path(v, "scoring.onnx_cache_dir", "unset it for the default")
+
+    @field_validator("kbs")
+    @classmethod
+    def _kbs_valid(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if not v:
+            raise ValueError("scoring.kbs is empty: serve at least one KB, e.g. '[\"default\"]'")
+        for kb in v:
+            _check_kb(kb)
+        return v
+
+    @field_validator("default_kb")
+    @classmethod
+    def _default_kb_valid(cls, v: str) -> str:
+        return _check_kb(v)
+
+
+def _check_kb(kb: str) -> str:
+    """``model_store.check_kb`` as the ``ValueError`` pydantic reports as a field error
+    (a KB id is no secret: the message names it)."""
+    from model_store import InvalidName, check_kb
+
+    try:
+        return check_kb(kb)
+    except InvalidName as exc:
+        message = str(exc)
+    raise ValueError(message)
+
 
 class WebSettings(_Section):
     host: str = "0.0.0.0"
-    port: int = Field(6066, ge=0, le=65535)
+    port: int = Field(6066, ge=1, le=65535)
 
 
 class ExplainSettings(_Section):
@@ -201,9 +276,9 @@ class ExplainSettings(_Section):
     base_url: str = "http://127.0.0.1:8000/v1"
     model: str = "local"
     api_key: SecretStr | None = None
-    temperature: float = 0.0
+    temperature: float = Field(0.0, ge=0)
     top_p: float = 1.0
-    max_tokens: int = 64
+    max_tokens: int = Field(64, ge=1)
     seed: int = 0
     votes: int = Field(1, ge=1)
     concurrency: int = Field(4, ge=1)
@@ -224,6 +299,12 @@ class LogSettings(_Section):
 
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "WARNING"
     json_lines: bool = False
+
+    @field_validator("level", mode="before")
+    @classmethod
+    def _level_upper(cls, v: Any) -> Any:
+        # as case-insensitive as --log-level
+        return v.strip().upper() if isinstance(v, str) else v
 
 
 class Settings(BaseSettings):
@@ -276,12 +357,15 @@ def load_settings(**overrides: Any) -> Settings:
     Raises :class:`~sidecar.errors.ConfigError` when a value does not validate, or a secret
     file is not text; the message never contains a value.
     """
-    secrets_dir = Path(os.environ.get("SIDECAR_SECRETS_DIR", str(DEFAULT_SECRETS_DIR)))
-    secrets = _read_secret_files(secrets_dir)
+    secrets = _read_secret_files(_secrets_dir())
     _refuse_unknown_sections(secrets)
     problem: str | None = None
     try:
-        env_only = Settings()
+        token = _ENV_ONLY.set(True)
+        try:
+            env_only = Settings()
+        finally:
+            _ENV_ONLY.reset(token)
         merged: dict[str, Any] = {}
         for section in Settings.model_fields:
             values: dict[str, Any] = dict(secrets.get(section, {}))
@@ -300,6 +384,25 @@ def load_settings(**overrides: Any) -> Settings:
     # Raised here, not inside the except blocks, so that no traceback carries the original
     # error: pydantic's includes the offending value, which may be a password.
     raise ConfigError(f"invalid settings: {problem}")
+
+
+def _secrets_dir() -> Path:
+    """``SIDECAR_SECRETS_DIR``, or the default when unset.
+
+    The default may be missing (no secret mounted), even when given explicitly (the chart
+    always sets it); any other path that is named but is not a directory is a typo, which
+    would otherwise mean running without password or signing key.
+    """
+    given = os.environ.get("SIDECAR_SECRETS_DIR")
+    if given is None:
+        return DEFAULT_SECRETS_DIR
+    path = Path(given)
+    if not path.is_dir() and (path != DEFAULT_SECRETS_DIR or path.exists()):
+        what = "does not exist" if not path.exists() else "is not a directory"
+        raise ConfigError(
+            f"SIDECAR_SECRETS_DIR {given!r} {what}; unset it if no secrets are mounted"
+        )
+    return path
 
 
 def _refuse_unknown_sections(secrets: dict[str, dict[str, str]]) -> None:

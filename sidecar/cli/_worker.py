@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import TYPE_CHECKING
 
 import click
 
 from sidecar.cli._root import main
+
+if TYPE_CHECKING:
+    from sidecar.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +49,9 @@ def worker(
     if kbs:
         overrides["scoring"] = {"kbs": tuple(kbs), "default_kb": kbs[0]}
     settings = load_settings(**overrides)
-    if not no_create_topics:
+    if no_create_topics:
+        asyncio.run(_reach_brokers(settings))
+    else:
         asyncio.run(ensure_topics(settings))
     app = create_app(settings)
     w = faust.Worker(
@@ -56,3 +62,28 @@ def worker(
         quiet=True,
     )
     w.execute_from_commandline()
+
+
+async def _reach_brokers(settings: Settings) -> None:
+    """Connect to the brokers once, as ``ensure_topics`` does, and say so in one line if
+    that fails; faust would otherwise fail the same way later, with a long traceback.
+
+    Raises
+    ------
+    BrokerError
+        The brokers could not be reached (retrying may help).
+    """
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.errors import KafkaError
+
+    from sidecar.errors import BrokerError
+    from sidecar.stream._topics import client_kwargs
+
+    brokers = settings.kafka.brokers
+    admin = AIOKafkaAdminClient(**client_kwargs(settings))
+    try:
+        await admin.start()
+    except (KafkaError, OSError) as exc:
+        raise BrokerError(f"cannot reach the broker at {brokers}: {exc}") from exc
+    finally:
+        await admin.close()

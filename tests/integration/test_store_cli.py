@@ -142,6 +142,7 @@ def test_allow_unsigned_still_rejects_a_wrong_signature(
     tmp_path: Path, one_error_line: Callable[[Result], str]
 ) -> None:
     store_dir = tmp_path / "store"
+    (tmp_path / "none").mkdir()  # an empty secrets dir: no secret files
     env = {"SIDECAR_STORE__HMAC_KEY": "k", "SIDECAR_SECRETS_DIR": str(tmp_path / "none")}
     rejected = [
         _signed_dir(tmp_path, "other-key", b"other-key"),

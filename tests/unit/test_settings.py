@@ -168,3 +168,110 @@ def test_the_settings_command_prints_what_won_with_secrets_masked(
     assert doc["store"]["hmac_key"] == "**********"
     assert doc["redis"]["url"] == "redis://***@cache:6380/2"
     assert doc["kafka"]["sasl_password"] is None  # unset stays null, not masked
+
+
+@pytest.mark.parametrize("protocol", ["SASL_PLAINTEXT", "SASL_SSL"])
+def test_sasl_without_credentials_is_refused_at_load(
+    monkeypatch: pytest.MonkeyPatch, protocol: str
+) -> None:
+    monkeypatch.setenv("SIDECAR_KAFKA__SECURITY_PROTOCOL", protocol)
+    exc = _config_error()
+    assert f"{protocol} needs kafka.sasl_username and kafka.sasl_password" in str(exc)
+    monkeypatch.setenv("SIDECAR_KAFKA__SASL_USERNAME", "svc-sidecar")
+    exc = _config_error()
+    assert "needs kafka.sasl_password" in str(exc) and "sasl_username" not in str(exc)
+    with pytest.raises(ConfigError, match=r"needs kafka\.sasl_username"):
+        load_settings(kafka={"sasl_username": None, "sasl_password": SECRET})
+
+
+def test_a_sasl_password_from_a_secret_file_is_enough(
+    monkeypatch: pytest.MonkeyPatch, secrets_dir: Path
+) -> None:
+    # The environment alone lacks the password: the check waits for the secret files.
+    monkeypatch.setenv("SIDECAR_KAFKA__SECURITY_PROTOCOL", "SASL_SSL")
+    monkeypatch.setenv("SIDECAR_KAFKA__SASL_USERNAME", "svc-sidecar")
+    (secrets_dir / "kafka__sasl_password").write_text(SECRET + "\n")
+    k = load_settings().kafka
+    assert k.sasl_username == "svc-sidecar" and k.sasl_password is not None
+    assert k.sasl_password.get_secret_value() == SECRET
+    assert load_settings().kafka.security_protocol == "SASL_SSL"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "words"),
+    [
+        ("SIDECAR_SCORING__KBS", '["bad name"]', "scoring.kbs: invalid KB id 'bad name'"),
+        ("SIDECAR_SCORING__KBS", '["hr", ""]', "scoring.kbs: invalid KB id ''"),
+        ("SIDECAR_SCORING__KBS", "[]", "scoring.kbs is empty"),
+        ("SIDECAR_SCORING__DEFAULT_KB", "a/b", "scoring.default_kb: invalid KB id 'a/b'"),
+        ("SIDECAR_SCORING__DEFAULT_KB", "", "scoring.default_kb: invalid KB id ''"),
+        ("SIDECAR_WEB__PORT", "0", "web.port: Input should be greater than or equal to 1"),
+        ("SIDECAR_EXPLAIN__MAX_TOKENS", "0", "explain.max_tokens"),
+        ("SIDECAR_EXPLAIN__TEMPERATURE", "-5", "explain.temperature"),
+        ("SIDECAR_STORE__DIRECTORY", "", "store.directory is empty"),
+        ("SIDECAR_STORE__DIRECTORY", "  ", "store.directory is empty"),
+        ("SIDECAR_SCORING__ONNX_CACHE_DIR", "", "scoring.onnx_cache_dir is empty"),
+    ],
+)
+def test_nonsense_values_are_refused_at_load(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, words: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    exc = _config_error()
+    assert words in str(exc) and "\n" not in str(exc)
+
+
+def test_the_bounds_still_accept_their_edges(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SIDECAR_EXPLAIN__MAX_TOKENS", "1")
+    monkeypatch.setenv("SIDECAR_EXPLAIN__TEMPERATURE", "0")
+    monkeypatch.setenv("SIDECAR_WEB__PORT", "1")
+    monkeypatch.setenv("SIDECAR_SCORING__KBS", '["hr", "it-2.v1"]')
+    monkeypatch.setenv("SIDECAR_SCORING__DEFAULT_KB", "it-2.v1")
+    s = load_settings()
+    assert (s.explain.max_tokens, s.explain.temperature, s.web.port) == (1, 0.0, 1)
+    assert s.scoring.kbs == ("hr", "it-2.v1")
+
+
+@pytest.mark.parametrize("value", ["info", "Debug", " warning "])
+def test_log_level_is_case_insensitive_like_the_option(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("SIDECAR_LOG__LEVEL", value)
+    assert load_settings().log.level == value.strip().upper()
+
+
+def test_an_unknown_log_level_is_still_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SIDECAR_LOG__LEVEL", "verbose")
+    assert "log.level" in str(_config_error())
+
+
+def test_a_secrets_dir_given_but_missing_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    missing = tmp_path / "secerts"
+    monkeypatch.setenv("SIDECAR_SECRETS_DIR", str(missing))
+    exc = _config_error()
+    assert str(missing) in str(exc) and "does not exist" in str(exc)
+    a_file = tmp_path / "a_file"
+    a_file.write_text("redis__password")
+    monkeypatch.setenv("SIDECAR_SECRETS_DIR", str(a_file))
+    exc = _config_error()
+    assert str(a_file) in str(exc) and "is not a directory" in str(exc)
+
+
+def test_the_default_secrets_dir_may_be_missing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import sidecar.settings
+
+    absent = tmp_path / "run" / "secrets" / "sidecar"
+    monkeypatch.setattr(sidecar.settings, "DEFAULT_SECRETS_DIR", absent)
+    monkeypatch.delenv("SIDECAR_SECRETS_DIR")
+    assert load_settings().redis.password is None
+    # The chart sets the variable to the default even when no Secret is mounted.
+    monkeypatch.setenv("SIDECAR_SECRETS_DIR", str(absent))
+    assert load_settings().redis.password is None
+    # ... but the default path holding a file is a mistake all the same.
+    absent.parent.mkdir(parents=True)
+    absent.write_text("")
+    assert "is not a directory" in str(_config_error())

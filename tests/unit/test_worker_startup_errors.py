@@ -1,0 +1,99 @@
+"""``sidecar worker`` refuses what cannot work before it starts faust: one ``error:`` line
+and exit status 2, never a faust or aiokafka traceback.
+
+No broker is needed: a free port on 127.0.0.1 with nothing listening stands for one that
+cannot be reached.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from sidecar.cli import main
+from sidecar.embedded import free_port
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str | None]:
+    """An empty secrets directory and no SIDECAR_ variable from the calling shell."""
+    (tmp_path / "secrets").mkdir()
+    clean: dict[str, str | None] = {k: None for k in os.environ if k.startswith("SIDECAR_")}
+    return {**clean, "SIDECAR_SECRETS_DIR": str(tmp_path / "secrets")}
+
+
+def _nowhere() -> str:
+    return f"kafka://127.0.0.1:{free_port()}"
+
+
+def test_an_unreachable_broker_without_topic_creation_is_one_line(
+    env: dict[str, str | None],
+) -> None:
+    # A child process: faust, had it started, would take over this process's event loop
+    # and signal handlers.
+    child_env = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
+    child_env["SIDECAR_SECRETS_DIR"] = str(env["SIDECAR_SECRETS_DIR"])
+    brokers = _nowhere()
+    res = subprocess.run(
+        [sys.executable, "-m", "sidecar", "worker", "--no-create-topics", "--brokers", brokers],
+        env=child_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 2, res.stderr
+    assert "Traceback" not in res.stderr, res.stderr
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1, res.stderr
+    assert f"cannot reach the broker at {brokers}" in errors[0]
+    assert res.stderr.splitlines()[-1] == errors[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "variables", "words"),
+    [
+        (["--kb", ""], {}, ["scoring.kbs", "invalid KB id ''"]),
+        (["--kb", "bad name"], {}, ["scoring.kbs", "invalid KB id 'bad name'"]),
+        ([], {"SIDECAR_SCORING__KBS": '["bad name"]'}, ["scoring.kbs", "'bad name'"]),
+        ([], {"SIDECAR_SCORING__KBS": "[]"}, ["scoring.kbs is empty"]),
+        ([], {"SIDECAR_SCORING__DEFAULT_KB": "../x"}, ["scoring.default_kb", "'../x'"]),
+        (["--web-port", "0"], {}, ["web.port", "greater than or equal to 1"]),
+        (
+            [],
+            {"SIDECAR_KAFKA__SECURITY_PROTOCOL": "SASL_PLAINTEXT"},
+            ["kafka.sasl_username and kafka.sasl_password"],
+        ),
+        (
+            [],
+            {"SIDECAR_KAFKA__SECURITY_PROTOCOL": "SASL_SSL", "SIDECAR_KAFKA__SASL_USERNAME": "u"},
+            ["SASL_SSL needs kafka.sasl_password"],
+        ),
+    ],
+)
+def test_settings_that_cannot_work_stop_the_worker_in_one_line(
+    env: dict[str, str | None],
+    one_error_line: Callable[[Result], str],
+    args: list[str],
+    variables: dict[str, str],
+    words: list[str],
+) -> None:
+    env.update(variables)
+    # The broker cannot be reached either: the settings must be refused before that.
+    res = CliRunner(env=env).invoke(main, ["worker", "--brokers", _nowhere(), *args])
+    line = one_error_line(res)
+    assert "invalid settings" in line and "broker" not in line
+    assert all(w in line for w in words), line
+
+
+def test_a_mistyped_secrets_dir_stops_the_worker_in_one_line(
+    env: dict[str, str | None], tmp_path: Path, one_error_line: Callable[[Result], str]
+) -> None:
+    env["SIDECAR_SECRETS_DIR"] = str(tmp_path / "secrest")
+    res = CliRunner(env=env).invoke(main, ["worker", "--brokers", _nowhere()])
+    assert "SIDECAR_SECRETS_DIR" in one_error_line(res)

@@ -42,12 +42,38 @@ _PERMANENT_ERRNOS = frozenset(
 )
 
 
+class _UsageLine(click.UsageError):
+    """A usage error (bad option value, missing option) shown as one ``error:`` line that
+    points at the command's help, instead of click's usage block (exit status 2 still)."""
+
+    def show(self, file: Any = None) -> None:
+        hint = f" (see '{self.ctx.command_path} --help')" if self.ctx is not None else ""
+        click.echo(f"error: {self.format_message()}{hint}", file=file, err=file is None)
+
+
+def _one_line(exc: click.UsageError) -> click.UsageError:
+    if isinstance(exc, _UsageLine | click.exceptions.NoArgsIsHelpError):
+        return exc  # already one line, or a group run without a command (its help)
+    return _UsageLine(exc.format_message(), exc.ctx)
+
+
 class _Group(click.Group):
     """A click group that turns expected failures into one line on stderr."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        try:  # the group's own options (``sidecar --log-level bogus``)
+            return super().make_context(*args, **kwargs)
+        except click.UsageError as exc:
+            raise _one_line(exc) from exc
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:  # a subcommand's options, or its own check
+            new = _one_line(exc)
+            if new is exc:
+                raise
+            raise new from exc
         except _EXPECTED as exc:
             if (ctx.obj or {}).get("debug"):
                 raise

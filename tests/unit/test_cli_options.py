@@ -18,7 +18,25 @@ def _invoke(*args: str) -> Result:
 
 def _usage_error(res: Result, *words: str) -> None:
     assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.output  # one line
     assert all(w in res.output for w in words), res.output
+
+
+@pytest.mark.parametrize(
+    ("args", "command"),
+    [
+        (["--log-level", "bogus", "settings"], "sidecar"),  # the root group's own option
+        (["nosuch"], "sidecar"),
+        (["models", "promote"], "sidecar models promote"),  # a missing argument
+        (["bench", "e2e", "--json", "x", "--queries", "0"], "sidecar bench e2e"),
+        (["check", "--artifact", "a"], "sidecar check"),  # the command's own UsageError
+    ],
+)
+def test_usage_errors_are_one_line_that_points_at_the_help(args: list[str], command: str) -> None:
+    res = CliRunner().invoke(main, args, prog_name="sidecar")
+    _usage_error(res, f"(see '{command} --help')")
+    assert "Usage:" not in res.output
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ import click
 from sidecar.cli._models import _open, _store_options, _version_option
 from sidecar.cli._options import (
     cache_dir_option,
+    check_output_dir,
     check_output_file,
     encoder_option,
     no_progress_option,
@@ -87,6 +88,14 @@ _PATH = click.Path(path_type=Path)
     "needed); a failed gate leaves the active version as it is.",
 )
 @click.option("--json", "json_out", type=_PATH, default=None, help="Also write the figures here.")
+@click.option(
+    "--report",
+    "report_dir",
+    type=_PATH,
+    default=None,
+    help="Also write a Markdown page with plots here: the figures, ROC curves and score "
+    "histograms of the checked (and compared) model on the held-out queries.",
+)
 @encoder_option
 @_store_options
 @cache_dir_option
@@ -140,6 +149,8 @@ def check_command(**opts: Any) -> None:
         ref = _version_from(opts["version_from"])
     if opts["json_out"]:
         check_output_file(opts["json_out"], "--json")
+    if opts["report_dir"]:
+        check_output_dir(opts["report_dir"], "--report")
     settings = load_settings()
     store_dir, redis_url = opts["store_dir"], opts["redis_url"]
     default_kb = settings.scoring.default_kb
@@ -194,6 +205,12 @@ def check_command(**opts: Any) -> None:
     report["promoted"] = bool(opts["promote"] and report["passed"])
     if opts["json_out"]:
         opts["json_out"].write_text(json.dumps(report, indent=2) + "\n")
+    if opts["report_dir"]:
+        from sidecar.training._holdout import write_check_report
+
+        models = {"checked": model, **({"against": other[0]} if other is not None else {})}
+        page = write_check_report(report, models, E_id, E_ood, opts["report_dir"])
+        click.echo(f"report: {page}")
     if not report["passed"]:
         click.get_current_context().exit(1)
 

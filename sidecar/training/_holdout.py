@@ -10,7 +10,9 @@ the pessimistic end of the interval instead of at the point estimate.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -93,3 +95,71 @@ class Gate:
             measured = f["high"] if conservative else f["rate"]
             met = measured <= self.limit
         return {"gate": self.option, "limit": self.limit, "measured": measured, "met": met}
+
+
+def write_check_report(
+    report: Mapping[str, Any],
+    models: Mapping[str, OODModel],
+    E_id: np.ndarray,
+    E_ood: np.ndarray | None,
+    out_dir: str | Path,
+) -> Path:
+    """A Markdown page with PNG plots of a ``sidecar check``: the figures of each model
+    (``models``: "checked" and, when compared, "against"), their ROC curves on the held-out
+    queries and each model's ID vs OOD score histogram with its threshold. Returns the
+    page's path."""
+    from sidecar.training._report import _plot_hist, _plot_roc
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = [f"# Held-out check of KB `{report['kb']}`", ""]
+    rows = [(role, report[role]) for role in ("checked", "against") if report.get(role)]
+    lines += [
+        "| model | version | threshold | false-reject rate (95% interval) | OOD accept rate "
+        "(95% interval) | balanced accuracy | AUROC |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for role, f in rows:
+        cells = [
+            role,
+            f"`{f['version'][:12]}`",
+            f"{f['threshold']:.4f}",
+            _rate_cell(f["false_reject"]),
+        ]
+        if "ood_accept" in f:
+            cells += [
+                _rate_cell(f["ood_accept"]),
+                f"{f['balanced_accuracy']:.4f}",
+                f"{f['auroc']['value']:.4f}",
+            ]
+        else:
+            cells += ["-", "-", "-"]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    for role, f in rows:
+        copies = f.get("training_copies", {})
+        if sum(copies.values()):
+            lines.append(
+                f"- {role}: {copies} of the queries repeat its training queries; its "
+                "figures on them are optimistic"
+            )
+    for g in report.get("gates", []):
+        verdict = "met" if g["met"] else "**FAILED**"
+        limit = f"{g['gate']} {g['limit']:g}"
+        lines.append(f"- gate `{limit}`: {verdict} (measured {g['measured']:.4f})")
+    lines.append("")
+    ood = E_ood if E_ood is not None else np.zeros((0, E_id.shape[1]), np.float32)
+    scores = {role: (m.score(E_id), m.score(ood)) for role, m in models.items()}
+    if len(ood):
+        _plot_roc(out / "roc.png", scores, title="ROC on the held-out queries")
+        lines += ["![ROC on the held-out queries](roc.png)", ""]
+    for role, (s_id, s_ood) in scores.items():
+        _plot_hist(out / f"hist_{role}.png", role, s_id, s_ood, models[role].threshold)
+        lines += [f"![{role}: ID vs OOD scores](hist_{role}.png)", ""]
+    page = out / "check.md"
+    page.write_text("\n".join(lines))
+    return page
+
+
+def _rate_cell(r: Mapping[str, Any]) -> str:
+    return f"{r['rate']:.2%} ({r['count']}/{r['n']}; {r['low']:.2%}-{r['high']:.2%})"

@@ -74,7 +74,11 @@ def pc_loadings(
     return out
 
 
-def _plot_roc(path: Path, roc: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> None:
+def _plot_roc(
+    path: Path,
+    roc: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    title: str = "ROC on the validation split",
+) -> None:
     import matplotlib.pyplot as plt
     from sklearn.metrics import roc_auc_score, roc_curve
 
@@ -87,7 +91,7 @@ def _plot_roc(path: Path, roc: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> N
     ax.plot([0, 1], [0, 1], "k:", lw=0.8)
     ax.set_xlabel("false positive rate (ID flagged OOD)")
     ax.set_ylabel("true positive rate (OOD flagged)")
-    ax.set_title("ROC on the validation split")
+    ax.set_title(title)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

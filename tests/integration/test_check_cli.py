@@ -126,10 +126,17 @@ def test_against_measures_the_serving_version_on_the_same_queries(
     (first,) = [v for v in store.versions("synthetic") if v != active]
     out = setup["root"] / "against.json"
     args = ["--store-dir", str(setup["store"]), "--kb", "synthetic", "--json", str(out)]
-    res = _check(setup, *args, "--version", first[:8], "--against", "active")
+    report = setup["root"] / "against_report"
+    res = _check(
+        setup, *args, "--version", first[:8], "--against", "active", "--report", str(report)
+    )
     assert res.exit_code == 0, res.output
     doc = json.loads(out.read_text())
     assert (doc["checked"]["version"], doc["against"]["version"]) == (first, active)
+    page = (report / "check.md").read_text()
+    assert f"`{first[:12]}`" in page and f"`{active[:12]}`" in page
+    for png in ("roc.png", "hist_checked.png", "hist_against.png"):
+        assert (report / png).stat().st_size > 1000, png
     assert f"against active, version {active[:12]}" in res.output
     served = OODModel.from_artifact(store.get("synthetic", active))
     flagged = int(np.sum(served.score(np.load(setup["id_held"])) > served.threshold))
@@ -229,6 +236,18 @@ def test_bad_input_is_one_error_line(
         env={"SIDECAR_STORE__BACKEND": "directory", "SIDECAR_STORE__DIRECTORY": "/nonexistent"},
     )
     assert expected in one_error_line(res)
+
+
+def test_a_report_without_ood_queries_has_no_roc(setup: dict[str, Path], tmp_path: Path) -> None:
+    res = CliRunner().invoke(
+        main,
+        ["check", "--artifact", str(setup["art"]), "--id-embeddings", str(setup["id_held"]),
+         "--report", str(tmp_path / "r")],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "r" / "hist_checked.png").is_file()
+    assert not (tmp_path / "r" / "roc.png").exists()
+    assert "| checked |" in (tmp_path / "r" / "check.md").read_text()
 
 
 @pytest.mark.parametrize(

@@ -130,6 +130,19 @@ class KafkaSettings(_Section):
             )
         return self
 
+    @model_validator(mode="after")
+    def _tls_files_need_tls(self) -> KafkaSettings:
+        # Ignored without TLS: an operator who set a CA or a client certificate but not the
+        # protocol would talk to the brokers in plain text and believe otherwise.
+        given = [f"kafka.{n}" for n in ("ssl_ca_file", "ssl_cert_file", "ssl_key_file")
+                 if getattr(self, n)]  # fmt: skip
+        if given and not self.security_protocol.endswith("SSL"):
+            raise ValueError(
+                f"{' and '.join(given)} set, but kafka.security_protocol is "
+                f"{self.security_protocol}: use SSL or SASL_SSL, or unset them"
+            )
+        return self
+
 
 class RedisSettings(_Section):
     """The Redis that holds the model store."""

@@ -184,6 +184,21 @@ def test_sasl_without_credentials_is_refused_at_load(
         load_settings(kafka={"sasl_username": None, "sasl_password": SECRET})
 
 
+@pytest.mark.parametrize("protocol", ["PLAINTEXT", "SASL_PLAINTEXT"])
+def test_tls_files_without_a_tls_protocol_are_refused(
+    monkeypatch: pytest.MonkeyPatch, protocol: str
+) -> None:
+    # they would be ignored: plain text to the brokers while the operator expects TLS
+    monkeypatch.setenv("SIDECAR_KAFKA__SECURITY_PROTOCOL", protocol)
+    monkeypatch.setenv("SIDECAR_KAFKA__SASL_USERNAME", "svc")
+    monkeypatch.setenv("SIDECAR_KAFKA__SASL_PASSWORD", SECRET)
+    monkeypatch.setenv("SIDECAR_KAFKA__SSL_CA_FILE", "/run/secrets/sidecar/kafka-ca.pem")
+    exc = _config_error()
+    assert f"kafka.ssl_ca_file set, but kafka.security_protocol is {protocol}" in str(exc)
+    monkeypatch.setenv("SIDECAR_KAFKA__SECURITY_PROTOCOL", protocol.replace("PLAINTEXT", "SSL"))
+    assert load_settings().kafka.ssl_ca_file == "/run/secrets/sidecar/kafka-ca.pem"
+
+
 def test_a_sasl_password_from_a_secret_file_is_enough(
     monkeypatch: pytest.MonkeyPatch, secrets_dir: Path
 ) -> None:

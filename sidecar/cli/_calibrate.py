@@ -138,13 +138,7 @@ def calibrate_command(**opts: Any) -> None:
         with _open(store_dir, redis_url, read_only=True) as store:
             art = store.get(kb_name, _resolve(store, kb_name, opts["ref"]))
     model = OODModel.from_artifact(art)
-    embed = QueryEmbeddings(
-        model,
-        settings,
-        encoder=opts["encoder"],
-        cache_dir=opts["cache_dir"],
-        progress=not opts["no_progress"],
-    )
+    embed = QueryEmbeddings.from_options(model, settings, opts)
     E = embed(opts["id_queries"], opts["id_embeddings"], "ID")
     target = opts["target_frr"] or float(model.params.get("target_frr") or DEFAULT_TARGET_FRR)
     new = recalibrate(model, E, target)

@@ -175,13 +175,7 @@ def check_command(**opts: Any) -> None:
             f"--against {opts['against']} was built with encoder {other[0].encoder}, the "
             f"checked model with {model.encoder}: compare models of one encoder"
         )
-    embed = QueryEmbeddings(
-        model,
-        settings,
-        encoder=opts["encoder"],
-        cache_dir=opts["cache_dir"],
-        progress=not opts["no_progress"],
-    )
+    embed = QueryEmbeddings.from_options(model, settings, opts)
     E_id = embed(opts["id_queries"], opts["id_embeddings"], "ID")
     E_ood = embed(opts["ood_queries"], opts["ood_embeddings"], "OOD")
     figures = {"version": version, **holdout_figures(model, E_id, E_ood)}

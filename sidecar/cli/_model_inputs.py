@@ -58,6 +58,17 @@ class QueryEmbeddings:
         self.encoder, self.cache_dir, self.progress = encoder, cache_dir, progress
         self._cache: Any = None
 
+    @classmethod
+    def from_options(cls, model: Any, settings: Any, opts: dict[str, Any]) -> QueryEmbeddings:
+        """From a command's ``--encoder``, ``--cache-dir`` and ``--no-progress``."""
+        return cls(
+            model,
+            settings,
+            encoder=opts["encoder"],
+            cache_dir=opts["cache_dir"],
+            progress=not opts["no_progress"],
+        )
+
     def __call__(self, queries: Path | None, embeddings: Path | None, what: str) -> Any:
         """The rows of ``embeddings`` or the encoded texts of ``queries`` (one of them
         given; None when neither is); ``what`` names the set in messages ("ID")."""

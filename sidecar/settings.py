@@ -18,7 +18,6 @@ since the value may be a secret.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextvars import ContextVar
 from pathlib import Path
@@ -35,6 +34,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
+from sidecar._secret_files import read_secret_files, refuse_unknown_sections, secrets_dir
 from sidecar.errors import ConfigError
 
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"
@@ -339,30 +339,6 @@ class Settings(BaseSettings):
     log: LogSettings = LogSettings()
 
 
-def _read_secret_files(secrets_dir: Path) -> dict[str, dict[str, str]]:
-    """Map files named ``<section>__<field>`` to nested values."""
-    found: dict[str, dict[str, str]] = {}
-    if not secrets_dir.is_dir():
-        return found
-    for f in sorted(secrets_dir.iterdir()):
-        if not f.is_file() or "__" not in f.name:
-            continue
-        section, name = f.name.split("__", 1)
-        try:
-            text = f.read_bytes().decode("utf-8")
-        except UnicodeDecodeError:
-            text = None
-        if text is None:
-            # Raised outside the except block: the decode error's message quotes a byte of
-            # the file, and a chained traceback (--debug, a crash log) would show it.
-            raise ConfigError(
-                f"secret file {f} is not UTF-8 text; a key must be text, "
-                "e.g. hex or base64 (`openssl rand -hex 32`)"
-            )
-        found.setdefault(section, {})[name] = text.strip()
-    return found
-
-
 def load_settings(**overrides: Any) -> Settings:
     """Build the process settings: overrides > environment > secret files > defaults.
 
@@ -370,8 +346,8 @@ def load_settings(**overrides: Any) -> Settings:
     Raises :class:`~sidecar.errors.ConfigError` when a value does not validate, or a secret
     file is not text; the message never contains a value.
     """
-    secrets = _read_secret_files(_secrets_dir())
-    _refuse_unknown_sections(secrets)
+    secrets = read_secret_files(secrets_dir(DEFAULT_SECRETS_DIR))
+    refuse_unknown_sections(secrets, set(Settings.model_fields))
     problem: str | None = None
     try:
         token = _ENV_ONLY.set(True)
@@ -397,45 +373,6 @@ def load_settings(**overrides: Any) -> Settings:
     # Raised here, not inside the except blocks, so that no traceback carries the original
     # error: pydantic's includes the offending value, which may be a password.
     raise ConfigError(f"invalid settings: {problem}")
-
-
-def _secrets_dir() -> Path:
-    """``SIDECAR_SECRETS_DIR``, or the default when unset.
-
-    The default may be missing (no secret mounted), even when given explicitly (the chart
-    always sets it); any other path that is named but is not a directory is a typo, which
-    would otherwise mean running without password or signing key.
-    """
-    given = os.environ.get("SIDECAR_SECRETS_DIR")
-    if given is None:
-        return DEFAULT_SECRETS_DIR
-    path = Path(given)
-    if not path.is_dir() and (path != DEFAULT_SECRETS_DIR or path.exists()):
-        what = "does not exist" if not path.exists() else "is not a directory"
-        raise ConfigError(
-            f"SIDECAR_SECRETS_DIR {given!r} {what}; unset it if no secrets are mounted"
-        )
-    return path
-
-
-def _refuse_unknown_sections(secrets: dict[str, dict[str, str]]) -> None:
-    """A variable ``SIDECAR_<SECTION>__<FIELD>`` or a secret file ``<section>__<field>`` for
-    a section that does not exist is a typo (``SIDECAR_REDSI__PASSWORD``) that would
-    otherwise be ignored without a word. Variables without ``__`` are left alone:
-    Kubernetes defines ``SIDECAR_SERVICE_HOST`` and the like for a Service named sidecar.
-    """
-    known = set(Settings.model_fields)
-    unknown = sorted(
-        name
-        for name in os.environ
-        if name.startswith("SIDECAR_")
-        and "__" in name
-        and name[len("SIDECAR_") :].split("__", 1)[0].lower() not in known
-    )
-    unknown += sorted(f"secret file {section}__..." for section in secrets if section not in known)
-    if unknown:
-        where, sections = ", ".join(unknown), ", ".join(sorted(known))
-        raise ConfigError(f"unknown settings section in {where}; sections: {sections}")
 
 
 def _describe_error(err: Any) -> str:

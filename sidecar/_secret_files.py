@@ -47,6 +47,8 @@ def secrets_dir(default: Path) -> Path:
     given = os.environ.get("SIDECAR_SECRETS_DIR")
     if given is None:
         return default
+    if not given.strip():  # Path("") is the working directory: its files would be secrets
+        raise ConfigError("SIDECAR_SECRETS_DIR is empty; unset it if no secrets are mounted")
     path = Path(given)
     if not path.is_dir() and (path != default or path.exists()):
         what = "does not exist" if not path.exists() else "is not a directory"

@@ -136,7 +136,7 @@ class KafkaSettings(_Section):
         # protocol would talk to the brokers in plain text and believe otherwise.
         given = [f"kafka.{n}" for n in ("ssl_ca_file", "ssl_cert_file", "ssl_key_file")
                  if getattr(self, n)]  # fmt: skip
-        if given and not self.security_protocol.endswith("SSL"):
+        if given and not _ENV_ONLY.get() and not self.security_protocol.endswith("SSL"):
             raise ValueError(
                 f"{' and '.join(given)} set, but kafka.security_protocol is "
                 f"{self.security_protocol}: use SSL or SASL_SSL, or unset them"

@@ -141,8 +141,11 @@ def check_command(**opts: Any) -> None:
     if opts["promote"] and opts["artifact"]:
         raise click.UsageError("--promote promotes a store version: leave out --artifact")
     ref = opts["ref"]
+    ref_given = click.get_current_context().get_parameter_source("ref") is not (
+        click.core.ParameterSource.DEFAULT
+    )
     if opts["version_from"]:
-        if ref != "active" or opts["artifact"]:
+        if ref_given or opts["artifact"]:
             raise click.UsageError(
                 "--version-from names a store version: leave out --version and --artifact"
             )
@@ -154,11 +157,19 @@ def check_command(**opts: Any) -> None:
     settings = load_settings()
     store_dir, redis_url = opts["store_dir"], opts["redis_url"]
     default_kb = settings.scoring.default_kb
-    art, version = read_model(opts["artifact"], opts["kb"], ref, store_dir, redis_url, default_kb)
+    if opts["artifact"] is not None:
+        # the store options then name where --against reads from
+        if (store_dir or redis_url) and not opts["against"]:
+            raise click.UsageError("--store-dir / --redis-url with --artifact apply to --against")
+        if ref_given:
+            raise click.UsageError("--artifact checks that directory: leave out --version")
+        art, version = read_model(opts["artifact"], opts["kb"], "active", None, None, default_kb)
+    else:
+        art, version = read_model(None, opts["kb"], ref, store_dir, redis_url, default_kb)
     model = OODModel.from_artifact(art)
     other = None
     if opts["against"]:
-        # the store named by the options (or settings), whether or not --artifact is given
+        # the store of --store-dir / --redis-url / settings, with or without --artifact
         try:
             other_art, other_version = read_model(
                 None, model.kb, opts["against"], store_dir, redis_url, default_kb

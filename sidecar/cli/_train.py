@@ -114,7 +114,13 @@ class _FitBar:
     default=None,
     help="Model store backend [default: settings].",
 )
-@click.option("--store-dir", type=_PATH, default=None, help="Directory store root.")
+@click.option(
+    "--store-dir",
+    type=_PATH,
+    default=None,
+    help="Publish to the directory store at this path (as --store-dir means for every "
+    "command; implies --store-backend directory).",
+)
 @cache_dir_option
 @click.option("--stats-json", type=_PATH, default=None, help="Also write timing/memory JSON here.")
 @click.option(
@@ -184,7 +190,11 @@ def train_command(**opts: Any) -> None:
     if opts["store_backend"]:
         store["backend"] = opts["store_backend"]
     if opts["store_dir"]:
-        store["directory"] = opts["store_dir"]
+        if opts["store_backend"] == "redis":
+            raise ConfigError(
+                "--store-dir names a directory store: leave out --store-backend redis"
+            )
+        store.update(backend="directory", directory=opts["store_dir"])
     if store:
         overrides["store"] = store
     settings = load_settings(**overrides)
@@ -282,7 +292,10 @@ def _calibration_warnings_held() -> Iterator[None]:
     """Hold back the "too few calibration queries" warnings while training: the search
     calibrates its candidates on a small held-out part, which says nothing of the shipped
     threshold; :func:`threshold_summary` reports on that one."""
-    logger = logging.getLogger("sidecar.scoring._calibration")
+    from sidecar.scoring import _calibration
+
+    logger = logging.getLogger(_calibration.__name__)
+    warned = set(_calibration._WARNED)  # a held-back warning counts as not given
 
     def drop(record: logging.LogRecord) -> bool:
         return False
@@ -292,6 +305,8 @@ def _calibration_warnings_held() -> Iterator[None]:
         yield
     finally:
         logger.removeFilter(drop)
+        _calibration._WARNED.clear()
+        _calibration._WARNED.update(warned)
 
 
 def threshold_summary(metrics: dict[str, Any], target_frr: float) -> str:

@@ -47,6 +47,8 @@ def holdout_figures(model: OODModel, E_id: np.ndarray, E_ood: np.ndarray | None)
     if len(E_id) == 0:
         raise DataError("no held-out ID queries to check the model on")
     s_id = model.score(E_id)
+    s_ood = model.score(E_ood) if E_ood is not None and len(E_ood) else None
+    s_id, s_ood = _refused_if_unscored(s_id, s_ood, model.threshold)
     out: dict[str, Any] = {
         "threshold": float(model.threshold),
         "n_id": int(s_id.size),
@@ -55,14 +57,13 @@ def holdout_figures(model: OODModel, E_id: np.ndarray, E_ood: np.ndarray | None)
     copies = model.training_copies(E_id)
     if copies is not None:
         out["training_copies"] = {"id": int(copies.sum())}
-    if E_ood is None or len(E_ood) == 0:
+    if s_ood is None:
         return out
     copies = model.training_copies(E_ood)
     if copies is not None:
         out["training_copies"]["ood"] = int(copies.sum())
-    s_ood = model.score(E_ood)
     a = auroc(s_id, s_ood)
-    se = auroc_standard_error(a, int(s_id.size), int(s_ood.size))
+    se = _auroc_se(a, int(s_id.size), int(s_ood.size))
     out.update(
         n_ood=int(s_ood.size),
         ood_accept=_rate(s_ood <= model.threshold),
@@ -71,6 +72,29 @@ def holdout_figures(model: OODModel, E_id: np.ndarray, E_ood: np.ndarray | None)
         fpr_at_95tpr=fpr_at_tpr(s_id, s_ood, 0.95),
     )
     return out
+
+
+def _refused_if_unscored(
+    s_id: np.ndarray, s_ood: np.ndarray | None, threshold: float
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """NaN scores (a query that is not all numbers) replaced by a score above every other
+    and the threshold: refused, as :meth:`OODModel.predict` refuses it, and ranked the
+    most out-of-domain."""
+    parts = [s for s in (s_id, s_ood) if s is not None]
+    if not any(np.isnan(s).any() for s in parts):
+        return s_id, s_ood
+    finite = np.concatenate([s[np.isfinite(s)] for s in parts] + [np.array([threshold])])
+    top = float(finite.max()) + 1.0
+    fixed = [np.where(np.isnan(s), top, s) for s in parts]
+    return fixed[0], fixed[1] if s_ood is not None else None
+
+
+def _auroc_se(a: float, n_id: int, n_ood: int) -> float:
+    """Hanley and McNeil's standard error, taken at the AUROC moved half an ID-OOD pair
+    toward 0.5: their formula gives 0 at perfect separation, which would let three
+    queries of each kind prove an AUROC of 1."""
+    pairs = n_id * n_ood
+    return auroc_standard_error((a * pairs + 0.5) / (pairs + 1), n_id, n_ood)
 
 
 @dataclass(frozen=True)

@@ -119,6 +119,17 @@ def test_gated_retraining_stores_then_checks_and_promotes(render: Any) -> None:
     assert {m["mountPath"] for m in gate["volumeMounts"]} == {
         m["mountPath"] for m in train["volumeMounts"]
     }  # /tmp carries the version id from one to the other
+    # a failed gate fails the job at once: a retry would retrain the same candidate
+    (rule,) = docs[("CronJob", f"{FULLNAME}-retrain")]["spec"]["jobTemplate"]["spec"][
+        "podFailurePolicy"
+    ]["rules"]
+    assert rule["action"] == "FailJob"
+    assert rule["onExitCodes"] == {"containerName": "gate", "operator": "In", "values": [1, 2]}
+    plain = render({"retraining": {**GATED, "gate": {"enabled": False}}})
+    assert (
+        "podFailurePolicy"
+        not in plain[("CronJob", f"{FULLNAME}-retrain")]["spec"]["jobTemplate"]["spec"]
+    )
 
 
 def test_a_gate_needs_a_limit_and_ood_queries_for_ood_limits(render_raw: Any) -> None:

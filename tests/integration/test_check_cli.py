@@ -164,6 +164,20 @@ def test_promote_only_when_the_gates_hold(setup: dict[str, Path], tmp_path: Path
     assert res.exit_code == 0 and f"already active: synthetic/{first}" in res.output
 
 
+def test_an_artifact_against_a_version_of_a_named_store(setup: dict[str, Path]) -> None:
+    store = DirectoryStore(setup["store"])
+    active = store.active("synthetic")
+    out = setup["root"] / "art_against.json"
+    art = ["--artifact", str(setup["art"]), "--store-dir", str(setup["store"])]
+    res = _check(setup, *art, "--against", "previous", "--json", str(out))
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert doc["checked"]["version"] == active == load_dir(setup["art"]).version
+    assert doc["against"]["version"] != active  # the first version, from that store
+    res = _check(setup, *art)  # the store options would do nothing here
+    assert res.exit_code == 2 and "apply to --against" in res.output, res.output
+
+
 def test_a_first_release_has_nothing_to_compare_with(
     setup: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -258,6 +272,7 @@ def test_a_report_without_ood_queries_has_no_roc(setup: dict[str, Path], tmp_pat
         (["--id-embeddings", "x.npy", "--min-auroc", "0.9"], "--min-auroc needs --ood-queries"),
         (["--id-embeddings", "x.npy", "--promote"], "--promote needs at least one gate"),
         (["--id-embeddings", "x.npy", "--promote", "--max-frr", "0.1"], "leave out --artifact"),
+        (["--id-embeddings", "x.npy", "--version", "active"], "leave out --version"),
     ],
 )
 def test_usage_errors_are_refused_before_any_work(

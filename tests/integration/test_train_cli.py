@@ -73,11 +73,10 @@ def test_train_on_embeddings_publishes_to_directory_store(
             "--kb-name",
             "synthetic",
             "--publish",
-            "--store-backend",
-            "directory",
-            "--store-dir",
+            "--store-dir",  # a directory store, as --store-dir means for every command
             str(store_dir),
         ),
+        env={"SIDECAR_STORE__BACKEND": "redis", "SIDECAR_REDIS__URL": "redis://127.0.0.1:1/0"},
     )
     assert res.exit_code == 0, res.output
     model = OODModel.from_artifact(load_dir(out))
@@ -108,6 +107,19 @@ def test_near_duplicate_training_queries_are_grouped_unless_turned_off(
         groups[flag] = json.loads(stats.read_text())["n_id_groups"]
         assert f"90 ID in {groups[flag]} groups" in res.output
     assert groups == {"--group-near-duplicates": 30, "--no-group-near-duplicates": 90}
+
+
+def test_held_back_calibration_warnings_are_not_marked_as_given(
+    tmp_path: Path, embeddings: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sidecar.scoring import _calibration
+
+    monkeypatch.setattr(_calibration, "_WARNED", set())  # whatever earlier tests warned of
+    res = CliRunner().invoke(main, _train_on(embeddings, tmp_path / "m", "--no-report"))
+    assert res.exit_code == 0, res.output
+    # the search calibrated on 30 queries at 1% without a word; a later command in this
+    # process must still warn about such a set
+    assert not _calibration._WARNED
 
 
 @pytest.mark.parametrize(("frr", "void"), [("0.01", True), ("0.05", False)])

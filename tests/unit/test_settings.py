@@ -195,7 +195,10 @@ def test_tls_files_without_a_tls_protocol_are_refused(
     monkeypatch.setenv("SIDECAR_KAFKA__SSL_CA_FILE", "/run/secrets/sidecar/kafka-ca.pem")
     exc = _config_error()
     assert f"kafka.ssl_ca_file set, but kafka.security_protocol is {protocol}" in str(exc)
-    monkeypatch.setenv("SIDECAR_KAFKA__SECURITY_PROTOCOL", protocol.replace("PLAINTEXT", "SSL"))
+    # the protocol given elsewhere than the environment counts (checked after the merge)
+    tls = protocol.replace("PLAINTEXT", "SSL")
+    assert load_settings(kafka={"security_protocol": tls}).kafka.security_protocol == tls
+    monkeypatch.setenv("SIDECAR_KAFKA__SECURITY_PROTOCOL", tls)
     assert load_settings().kafka.ssl_ca_file == "/run/secrets/sidecar/kafka-ca.pem"
 
 
@@ -272,6 +275,16 @@ def test_a_secrets_dir_given_but_missing_is_refused(
     monkeypatch.setenv("SIDECAR_SECRETS_DIR", str(a_file))
     exc = _config_error()
     assert str(a_file) in str(exc) and "is not a directory" in str(exc)
+
+
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_secrets_dir_is_refused_not_read_as_the_working_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, value: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "redis__password").write_text(SECRET)  # would have been read as a secret
+    monkeypatch.setenv("SIDECAR_SECRETS_DIR", value)
+    assert "SIDECAR_SECRETS_DIR is empty" in str(_config_error())
 
 
 def test_the_default_secrets_dir_may_be_missing(

@@ -63,3 +63,19 @@ def test_gates_judge_the_measured_value_or_the_worse_interval_end() -> None:
             holdout_figures(_FirstColumn(), _rows([0.1]), None),  # type: ignore[arg-type]
             conservative=False,
         )
+
+
+def test_an_id_query_without_a_score_counts_as_refused() -> None:
+    f = holdout_figures(_FirstColumn(), _rows([0.1, float("nan")]), _rows([0.9, float("nan")]))  # type: ignore[arg-type]
+    assert f["false_reject"]["count"] == 1  # as OODModel.predict: refused
+    assert f["ood_accept"]["count"] == 0
+
+
+def test_a_perfect_separation_of_few_queries_proves_little_about_auroc() -> None:
+    f = holdout_figures(_FirstColumn(), _rows([0.1] * 3), _rows([0.9] * 3))  # type: ignore[arg-type]
+    assert f["auroc"]["value"] == 1.0 and f["auroc"]["low"] < 0.9
+    gate = Gate("--min-auroc", "auroc", 0.99)
+    assert gate.judge(f, conservative=False)["met"]
+    assert not gate.judge(f, conservative=True)["met"]
+    many = holdout_figures(_FirstColumn(), _rows([0.1] * 300), _rows([0.9] * 300))  # type: ignore[arg-type]
+    assert many["auroc"]["low"] > 0.99  # many queries do bound it

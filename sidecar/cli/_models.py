@@ -366,6 +366,8 @@ def _load_for_import(directory: Path, key: bytes | None, *, allow_unsigned: bool
     """
     from model_store import load_dir, verify_manifest
 
+    if key is None and allow_unsigned:
+        click.echo("note: no signing key is configured, so --allow-unsigned changes nothing")
     if key is None or not allow_unsigned:
         return load_dir(directory, hmac_key=key)
     artifact = load_dir(directory)  # checksums and schema; the signature is checked below

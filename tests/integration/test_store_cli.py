@@ -95,11 +95,18 @@ def test_import_requires_signature_when_key_set(
     args = ["models", "import", str(d0), "--redis-url", redis_server.url]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2 and "unsigned" in result.output
-    run(*args, "--allow-unsigned")  # signed with the local key on the way in
+    out = run(*args, "--allow-unsigned")  # signed with the local key on the way in
+    assert "changes nothing" not in out
     store = RedisStore(redis_server.url, hmac_key=b"s3cret")
     (v,) = store.versions("demo")
     assert store.get("demo", v).manifest["signature"]
     store.close()
+
+
+def test_allow_unsigned_without_a_signing_key_says_it_does_nothing(tmp_path: Path) -> None:
+    (d0,) = _artifact_dirs(tmp_path, 1)
+    out = run("models", "import", str(d0), "--store-dir", str(tmp_path / "s"), "--allow-unsigned")
+    assert "no signing key is configured, so --allow-unsigned changes nothing" in out
 
 
 def test_wrong_paths_are_one_line(tmp_path: Path, one_error_line: Callable[[Result], str]) -> None:

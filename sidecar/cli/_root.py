@@ -157,8 +157,8 @@ def main(ctx: click.Context, log_level: str | None, log_json: bool | None, debug
 
     Scores each chat query against the knowledge base (KB) it is meant for and emits an
     ID (answerable from the KB) or OOD verdict. Train a detector with `sidecar train`,
-    judge it with `sidecar eval`, run it on Kafka with `sidecar worker`, or try it all
-    locally with `sidecar demo`.
+    judge the method with `sidecar eval` and a release with `sidecar check`, run it on
+    Kafka with `sidecar worker`, or try it all locally with `sidecar demo`.
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug

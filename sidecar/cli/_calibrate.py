@@ -15,14 +15,13 @@ from typing import Any
 
 import click
 
-from sidecar.cli._model_inputs import QueryEmbeddings
+from sidecar.cli._model_inputs import QueryEmbeddings, model_options
 from sidecar.cli._models import (
     _load_for_import,
     _open,
     _resolve,
     _settings,
     _store_options,
-    _version_option,
 )
 from sidecar.cli._options import (
     cache_dir_option,
@@ -34,14 +33,7 @@ from sidecar.cli._root import main
 
 
 @main.command("calibrate")
-@click.option(
-    "--artifact",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=None,
-    help="Recalibrate this artifact directory (`sidecar train --out`) instead of a store version.",
-)
-@click.option("--kb", default=None, help="KB of the store version [default: scoring.default_kb].")
-@_version_option
+@model_options("Recalibrate")
 @click.option(
     "--id-queries",
     type=click.Path(path_type=Path),

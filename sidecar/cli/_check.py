@@ -14,7 +14,8 @@ from typing import Any
 
 import click
 
-from sidecar.cli._models import _open, _store_options, _version_option
+from sidecar.cli._model_inputs import model_options
+from sidecar.cli._models import _open, _store_options
 from sidecar.cli._options import (
     cache_dir_option,
     check_output_dir,
@@ -29,14 +30,7 @@ _PATH = click.Path(path_type=Path)
 
 
 @main.command("check")
-@click.option(
-    "--artifact",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=None,
-    help="Check this artifact directory (`sidecar train --out`) instead of a store version.",
-)
-@click.option("--kb", default=None, help="KB of the store version [default: scoring.default_kb].")
-@_version_option
+@model_options("Check")
 @click.option(
     "--id-queries",
     type=_PATH,

@@ -3,10 +3,33 @@ store version) and held-out queries as embeddings of that model's encoder."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sidecar.cli._models import _open, _resolve
+import click
+
+from sidecar.cli._models import _open, _resolve, _version_option
+
+
+def model_options(verb: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--artifact``, ``--kb`` and ``--version``: which model a command reads
+    (:func:`read_model`); ``verb`` starts the help of ``--artifact`` ("Check")."""
+
+    def add(f: Callable[..., Any]) -> Callable[..., Any]:
+        f = _version_option(f)
+        f = click.option(
+            "--kb", default=None, help="KB of the store version [default: scoring.default_kb]."
+        )(f)
+        return click.option(
+            "--artifact",
+            type=click.Path(path_type=Path, file_okay=False),
+            default=None,
+            help=f"{verb} this artifact directory (`sidecar train --out`) instead of a store "
+            "version.",
+        )(f)
+
+    return add
 
 
 def read_model(

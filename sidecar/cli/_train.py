@@ -90,6 +90,14 @@ class _FitBar:
     default=None,
     help="combined only: comma-separated blocks among pcs,residual,max_cosine,knn,neighbours.",
 )
+@click.option(
+    "--neighbour-bank",
+    type=click.IntRange(min=10),
+    default=None,
+    help="combined with the neighbours block: keep at most N labelled training queries "
+    "per class for it (a seeded subsample); scoring time is linear in N [default: all, up "
+    "to 6,000 ID and 4,000 OOD]. 2000 halved CLINC150's cost for -0.0002 AUROC.",
+)
 @target_frr_option
 @click.option(
     "--group-near-duplicates/--no-group-near-duplicates",
@@ -218,6 +226,7 @@ def train_command(**opts: Any) -> None:
         threshold_rule=opts["threshold_rule"],
         calibration=opts["calibration"],
         group_near_duplicates=opts["group_near_duplicates"],
+        neighbour_bank=opts["neighbour_bank"],
     )
     check_config(cfg)  # before the inputs are embedded
     # Inputs first (with their own encoding bar): a bad path fails before any other output.

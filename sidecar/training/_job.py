@@ -75,6 +75,8 @@ class TrainConfig:
     calibration: str | None = None  # cross for the frr rule
     # Join near-duplicate training queries (cosine >= NEAR_DUPLICATE_COS) into groups.
     group_near_duplicates: bool = True
+    # At most this many rows per labelled-neighbour bank of the combined detector.
+    neighbour_bank: int | None = None
 
 
 @dataclass
@@ -98,6 +100,12 @@ def check_config(cfg: TrainConfig) -> None:
             f"m={top}: {cfg.detector} models take at most {MAX_DIMS} input dimensions "
             "(the PCs and any extra features), the budget that keeps scoring in microseconds"
         )
+    if cfg.neighbour_bank is not None:
+        feats = cfg.features
+        if cfg.detector != "combined" or (feats is not None and "neighbours" not in feats):
+            raise ConfigError(
+                "--neighbour-bank applies to the combined detector's neighbours block"
+            )
     if cfg.features is not None:
         blocks = CombinedDetector.FEATURE_BLOCKS
         if cfg.detector != "combined":
@@ -135,6 +143,13 @@ def build_grid(cfg: TrainConfig) -> list[Candidate]:
                 Candidate("combined", 13, {"C": C, "features": list(cfg.features)}, (16, 32, 64))
                 for C in (0.1, 1.0, 10.0)
             ]
+    if cfg.neighbour_bank is not None:
+        base = [
+            replace(c, params={**c.params, "bank_max": cfg.neighbour_bank})
+            if "neighbours" in c.params.get("features", ())
+            else c
+            for c in base
+        ]
     if cfg.m is None and cfg.m_range is None:
         return base
     ms = [cfg.m] if cfg.m is not None else _m_values(*cfg.m_range)  # type: ignore[misc]

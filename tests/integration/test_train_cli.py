@@ -109,6 +109,20 @@ def test_near_duplicate_training_queries_are_grouped_unless_turned_off(
     assert groups == {"--group-near-duplicates": 30, "--no-group-near-duplicates": 90}
 
 
+def test_neighbour_bank_caps_the_labelled_queries_the_artifact_keeps(
+    tmp_path: Path, embeddings: dict[str, Path]
+) -> None:
+    args = _train_on(embeddings, tmp_path / "m", "--no-report")
+    i = args.index("--features")
+    args[i + 1] = "pcs,residual,neighbours"
+    res = CliRunner().invoke(main, [*args, "--neighbour-bank", "20"])
+    assert res.exit_code == 0, res.output
+    model = OODModel.from_artifact(load_dir(tmp_path / "m"))
+    det = model.detector
+    assert det.bank_max == 20
+    assert len(det.id_bank_) == 20 and len(det.ood_bank_) == 20  # from 90 of each
+
+
 def test_held_back_calibration_warnings_are_not_marked_as_given(
     tmp_path: Path, embeddings: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -243,6 +257,7 @@ def _bad_inputs(tmp_path: Path, embeddings: dict[str, Path]) -> dict[str, tuple[
         "both kb inputs": (["--kb", str(tmp_path / "kb.jsonl")], "give --kb or --kb-embeddings"),
         "stats dir": (["--stats-json", str(tmp_path / "adir")], "--stats-json"),
         "m over budget": (["--m", "40"], "m=40: combined models take at most 32"),
+        "bank without neighbours": (["--neighbour-bank", "50"], "applies to the combined"),
         "publish to a file": (
             ["--publish", "--store-backend", "directory", "--store-dir", f"{tmp_path}/nan.npy/s"],
             "store directory",
@@ -268,6 +283,7 @@ def _bad_inputs(tmp_path: Path, embeddings: dict[str, Path]) -> dict[str, tuple[
         "stats dir",
         "m over budget",
         "m range over budget",
+        "bank without neighbours",
         "publish to a file",
         "cache dir a file",
     ],

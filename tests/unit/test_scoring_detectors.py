@@ -471,3 +471,22 @@ def test_ball_distances_hold_float32_accuracy_away_from_the_origin() -> None:
     Q = P[:300] + rng.normal(scale=0.02, size=(300, 13))
     exact, _ = cKDTree(P).query(Q)
     assert np.abs(_BruteL2(P).nearest(Q) - exact).max() < 5e-6
+
+
+def test_neighbour_banks_are_cut_to_bank_max_by_a_seeded_subsample() -> None:
+    rng = np.random.default_rng(2)
+    A, B = rng.normal(size=(20, 8)), rng.normal(size=(30, 8))
+    feats = ["pcs", "neighbours"]
+    det = CombinedDetector(features=feats, bank_max=5)
+    det.set_banks(A, B)
+    assert det.id_bank_.shape == (5, 8) and det.ood_bank_.shape == (5, 8)
+    rows = [int(np.flatnonzero((A.astype(np.float32) == r).all(axis=1))[0]) for r in det.id_bank_]
+    assert rows == sorted(rows)  # a subset, in order
+    again = CombinedDetector(features=feats, bank_max=5)
+    again.set_banks(A, B)
+    assert np.array_equal(again.id_bank_, det.id_bank_)  # the same seed, the same rows
+    whole = CombinedDetector(features=feats)
+    whole.set_banks(A, B)
+    assert whole.id_bank_.shape == (20, 8) and whole.ood_bank_.shape == (30, 8)
+    with pytest.raises(DataError, match="bank_max"):
+        CombinedDetector(features=feats, bank_max=0).set_banks(A, B)

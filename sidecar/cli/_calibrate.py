@@ -15,11 +15,15 @@ from typing import Any
 
 import click
 
-from sidecar.cli._model_inputs import QueryEmbeddings, model_options
+from sidecar.cli._model_inputs import (
+    QueryEmbeddings,
+    check_artifact_kb,
+    model_options,
+    read_model,
+)
 from sidecar.cli._models import (
     _load_for_import,
     _open,
-    _resolve,
     _settings,
     _store_options,
 )
@@ -123,12 +127,9 @@ def calibrate_command(**opts: Any) -> None:
             art = _load_for_import(opts["artifact"], key, allow_unsigned=opts["allow_unsigned"])
         else:
             art = load_dir(opts["artifact"])
-        if opts["kb"] is not None and opts["kb"] != art.manifest.get("kb"):
-            kb_of = art.manifest.get("kb")
-            raise ConfigError(f"{opts['artifact']} is a model of KB {kb_of!r}, not {opts['kb']!r}")
+        check_artifact_kb(art, opts["artifact"], opts["kb"])
     else:
-        with _open(store_dir, redis_url, read_only=True) as store:
-            art = store.get(kb_name, _resolve(store, kb_name, opts["ref"]))
+        art, _ = read_model(None, kb_name, opts["ref"], store_dir, redis_url, kb_name)
     model = OODModel.from_artifact(art)
     embed = QueryEmbeddings.from_options(model, settings, opts)
     E = embed(opts["id_queries"], opts["id_embeddings"], "ID")

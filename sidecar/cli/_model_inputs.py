@@ -50,13 +50,21 @@ def read_model(
         if store_dir or redis_url or ref != "active":
             raise ConfigError(f"--artifact reads {artifact}: leave out the store options")
         art = load_dir(artifact)
-        if kb is not None and kb != art.manifest.get("kb"):
-            raise ConfigError(f"{artifact} is a model of KB {art.manifest.get('kb')!r}, not {kb!r}")
+        check_artifact_kb(art, artifact, kb)
         return art, art.version
     name = kb or default_kb
     with _open(store_dir, redis_url, read_only=True) as store:
         version = _resolve(store, name, ref)
         return store.get(name, version), version
+
+
+def check_artifact_kb(art: Any, directory: Path, kb: str | None) -> None:
+    """ConfigError when ``kb`` is given and the artifact read from ``directory`` is a model
+    of another KB."""
+    from sidecar.errors import ConfigError
+
+    if kb is not None and kb != art.manifest.get("kb"):
+        raise ConfigError(f"{directory} is a model of KB {art.manifest.get('kb')!r}, not {kb!r}")
 
 
 class QueryEmbeddings:

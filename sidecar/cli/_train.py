@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -186,6 +183,7 @@ def train_command(**opts: Any) -> None:
     from tqdm.contrib.logging import logging_redirect_tqdm
 
     from model_store import save_dir
+    from sidecar.scoring._calibration import quiet_calibration
     from sidecar.settings import load_settings
     from sidecar.training._job import TrainConfig, check_config, parse_m_range, train
     from sidecar.training._train_inputs import load_inputs
@@ -234,7 +232,7 @@ def train_command(**opts: Any) -> None:
     with (
         threadpool_limits(limits=opts["blas_threads"]),
         logging_redirect_tqdm(),  # a warning gets its own line, not one inside the bar
-        _calibration_warnings_held(),
+        quiet_calibration(),  # the summary's threshold line reports on the shipped one
         tqdm(total=0, desc="train", unit="fit", disable=not progress) as bar,
     ):
 
@@ -294,28 +292,6 @@ def train_command(**opts: Any) -> None:
         )
     if opts["publish"]:
         _publish(artifact, settings, promote=not opts["no_promote"])
-
-
-@contextlib.contextmanager
-def _calibration_warnings_held() -> Iterator[None]:
-    """Hold back the "too few calibration queries" warnings while training: the search
-    calibrates its candidates on a small held-out part, which says nothing of the shipped
-    threshold; :func:`threshold_summary` reports on that one."""
-    from sidecar.scoring import _calibration
-
-    logger = logging.getLogger(_calibration.__name__)
-    warned = set(_calibration._WARNED)  # a held-back warning counts as not given
-
-    def drop(record: logging.LogRecord) -> bool:
-        return False
-
-    logger.addFilter(drop)
-    try:
-        yield
-    finally:
-        logger.removeFilter(drop)
-        _calibration._WARNED.clear()
-        _calibration._WARNED.update(warned)
 
 
 def threshold_summary(metrics: dict[str, Any], target_frr: float) -> str:

@@ -3,9 +3,12 @@ model on ID queries from the traffic it serves."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
+from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -23,6 +26,21 @@ log = logging.getLogger(__name__)
 DEFAULT_TARGET_FRR = 0.01
 # (calibration size, target) pairs already warned about as too small
 _WARNED: set[tuple[int, float]] = set()
+# Set inside quiet_calibration(): the caller reports calibration sizes itself.
+_QUIET: ContextVar[bool] = ContextVar("_QUIET", default=False)
+
+
+@contextlib.contextmanager
+def quiet_calibration() -> Iterator[None]:
+    """No "too few calibration queries" warning inside the block (nor is one counted as
+    given): for a caller that reports on the calibration that matters itself, as
+    ``sidecar train`` does for the shipped threshold while its search calibrates every
+    candidate on a small held-out part."""
+    token = _QUIET.set(True)
+    try:
+        yield
+    finally:
+        _QUIET.reset(token)
 
 
 def conformal_threshold(id_scores: Any, target_frr: float) -> float:
@@ -51,7 +69,7 @@ def conformal_threshold(id_scores: Any, target_frr: float) -> float:
         raise DataError("conformal calibration needs finite scores of held-out ID queries")
     n = s.size
     rank = math.ceil((n + 1) * (1.0 - target_frr))
-    if rank > n:
+    if rank > n and not _QUIET.get():
         # once per size and target: a search calibrates every candidate on the same part
         level = logging.DEBUG if (n, target_frr) in _WARNED else logging.WARNING
         _WARNED.add((n, target_frr))
@@ -62,8 +80,7 @@ def conformal_threshold(id_scores: Any, target_frr: float) -> float:
             n,
             target_frr,
         )
-        rank = n
-    return float(s[rank - 1])
+    return float(s[min(rank, n) - 1])
 
 
 def min_calibration_size(target_frr: float) -> int:

@@ -58,11 +58,17 @@ def cpu_facts() -> dict[str, Any]:
     vector = next((f for f in ("avx512f", "avx2", "sse4_2") if f in flags), None)
     import llvmlite.binding
 
-    return {
+    # What numba compiles for: the host CPU unless NUMBA_CPU_NAME names another.
+    cpu_name = os.environ.get("NUMBA_CPU_NAME") or None
+    facts = {
         "cpu_model": fields.get("model name") or None,
         "vector_isa": vector,
-        "llvm_cpu": llvmlite.binding.get_host_cpu_name(),  # what numba compiles for
+        "llvm_cpu": cpu_name or llvmlite.binding.get_host_cpu_name(),
     }
+    if cpu_name:
+        # Unset, numba keeps the host's features (AVX-512 included) whatever the name.
+        facts["llvm_cpu_features"] = os.environ.get("NUMBA_CPU_FEATURES", "host")
+    return facts
 
 
 def machine_facts() -> dict[str, Any]:

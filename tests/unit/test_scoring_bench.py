@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from sidecar.cli import main
@@ -51,3 +52,19 @@ def test_unknown_detector_is_one_error_line(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2
     assert "unknown detectors: nope" in result.output
+
+
+def test_machine_facts_name_the_cpu_numba_was_told_to_compile_for(monkeypatch) -> None:
+    from sidecar.cli._bench_timing import cpu_facts
+
+    monkeypatch.delenv("NUMBA_CPU_NAME", raising=False)
+    host = cpu_facts()
+    if not host:
+        pytest.skip("no /proc/cpuinfo here: cpu_facts records nothing")
+    assert host["llvm_cpu"] and "llvm_cpu_features" not in host
+    monkeypatch.setenv("NUMBA_CPU_NAME", "znver2")
+    monkeypatch.setenv("NUMBA_CPU_FEATURES", "")
+    told = cpu_facts()
+    assert told["llvm_cpu"] == "znver2" and told["llvm_cpu_features"] == ""
+    monkeypatch.delenv("NUMBA_CPU_FEATURES")
+    assert cpu_facts()["llvm_cpu_features"] == "host"  # numba keeps the host's features

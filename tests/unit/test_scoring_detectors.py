@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import platform
 from typing import Any
 
 import numpy as np
@@ -388,6 +390,39 @@ def test_linf_kernel_compiles_without_a_writable_numba_cache(tmp_path: Any) -> N
     )
     assert out.returncode == 0, out.stderr
     assert float(out.stdout) == 1.0  # max(|2 - 3|, |2 - 1|)
+
+
+@pytest.mark.skipif(
+    platform.machine() not in ("x86_64", "AMD64"), reason="inspects x86 machine code"
+)
+@pytest.mark.parametrize("cpu", ["haswell", "skylake-avx512"])
+def test_linf_rows_scan_compiles_to_vector_max_without_masked_stores(cpu: str) -> None:
+    # Updated in place, the running maxima became masked stores (vmaskmovps under AVX2,
+    # {%k} stores under AVX-512): microcoded and slow on AMD's AVX2 CPUs. The rows scan
+    # must compile to packed max and plain stores for both targets.
+    import subprocess
+    import sys
+
+    code = (
+        "import re, numba, numpy as np\n"
+        "from sidecar.scoring import _linf\n"
+        "k = numba.njit(nogil=True, fastmath=True)(_linf._nearest_kernel)\n"
+        "b = _linf.BruteLinf(np.random.default_rng(0).normal(size=(300, 13)), scan='rows')\n"
+        "Q = np.zeros((2, 13), np.float32)\n"
+        "k(Q, b._Pt, b._starts, b._lo, b._hi, 1.0, False, np.empty(2))\n"
+        "asm = next(iter(k.inspect_asm().values()))\n"
+        "print(len(re.findall(r'vmaxps\\s+[^\\n]*[yz]mm', asm)),"
+        " len(re.findall(r'vmaskmovps\\s+%[yx]mm', asm)),"
+        " len(re.findall(r'vmovups\\s+%[yz]mm[^\\n]*\\{%k', asm)))\n"
+    )
+    env = {**os.environ, "NUMBA_CPU_NAME": cpu, "NUMBA_CPU_FEATURES": ""}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    packed_max, avx2_masked, avx512_masked = map(int, out.stdout.split())
+    assert packed_max > 0, "the rows scan no longer compiles to packed max"
+    assert avx2_masked == 0 and avx512_masked == 0, "masked stores are back in the scan"
 
 
 def test_numba_is_imported_only_when_a_chebyshev_scan_is_built() -> None:

@@ -132,6 +132,29 @@ def test_gated_retraining_stores_then_checks_and_promotes(render: Any) -> None:
     )
 
 
+def test_gate_query_paths_follow_the_kb_mount(render: Any) -> None:
+    def gate_args(mount: str, **paths: str) -> list[str]:
+        gate = {**GATED["gate"], **paths}  # type: ignore[dict-item]
+        values = {"retraining": {**GATED, "mountPath": mount, "gate": gate}}
+        spec = pod_spec(render(values)[("CronJob", f"{FULLNAME}-retrain")])
+        (container,) = spec["containers"]
+        args: list[str] = container["args"]
+        return args
+
+    def flag(args: list[str], name: str) -> str:
+        return args[args.index(name) + 1]
+
+    # the default held-out file moves with the mount, as the KB files do
+    args = gate_args("/data/kb/", oodQueries="held_ood.jsonl")
+    assert flag(args, "--id-queries") == "/data/kb/held_id_queries.jsonl"
+    assert flag(args, "--ood-queries") == "/data/kb/held_ood.jsonl"
+    args = gate_args("/kb", idQueries="/srv/held.jsonl", oodQueries="/srv/ood.jsonl")
+    assert (flag(args, "--id-queries"), flag(args, "--ood-queries")) == (
+        "/srv/held.jsonl",
+        "/srv/ood.jsonl",
+    )
+
+
 def test_a_gate_needs_a_limit_and_ood_queries_for_ood_limits(render_raw: Any) -> None:
     helm_python = pytest.importorskip("helm_python")
     base = {"enabled": True, "kbSource": {"configMap": "kb"}}
@@ -201,6 +224,7 @@ def test_worker_selectors_do_not_pick_up_retraining_pods(render: Any) -> None:
         {"web": {"port": 70000}},
         {"secret": {"data": {"redis_password": "x"}}},  # not a <section>__<field> name
         {"replicaCuont": 3},  # a typo is an error, not a silent default
+        {"retraining": {"gate": {"idQueries": ""}}},
     ],
 )
 def test_values_schema_rejects_bad_values(render_raw: Any, bad: dict[str, Any]) -> None:

@@ -21,7 +21,19 @@ def _subsample(
 ) -> tuple[np.ndarray, np.ndarray]:
     if max_samples is None or X.shape[0] <= max_samples:
         return X, y
-    idx = np.sort(np.random.default_rng(seed).choice(X.shape[0], max_samples, replace=False))
+    rng = np.random.default_rng(seed)
+    idx = rng.choice(X.shape[0], max_samples, replace=False)
+    classes, counts = np.unique(y, return_counts=True)
+    if np.unique(y[idx]).size < classes.size:
+        # The draw missed a rare class (SVC would refuse a single class): draw each class
+        # in proportion instead, at least one point of each, the largest making up the rest.
+        take = np.maximum(1, np.floor(max_samples * counts / counts.sum()).astype(int))
+        take[np.argmax(counts)] += max_samples - take.sum()
+        parts = zip(classes, take, strict=True)
+        idx = np.concatenate(
+            [rng.choice(np.flatnonzero(y == c), k, replace=False) for c, k in parts]
+        )
+    idx = np.sort(idx)
     return X[idx], y[idx]
 
 
@@ -72,6 +84,8 @@ class SVMDetector(OODDetector):
 
         if self.kernel not in ("rbf", "linear"):
             raise DataError(f"svm kernel must be 'rbf' or 'linear', got {self.kernel!r}")
+        if self.max_samples is not None and self.max_samples < 2:
+            raise DataError(f"svm max_samples must be at least 2, got {self.max_samples}")
         X = as_2d(X)
         lab = as_labels(y, X.shape[0])
         y_all = np.zeros(X.shape[0], dtype=np.int8) if lab is None else lab

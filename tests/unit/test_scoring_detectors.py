@@ -241,6 +241,29 @@ def test_svm_numpy_equals_sklearn(kernel: str) -> None:
     assert np.array_equal(det.predict(X), ref.predict(X))
 
 
+def test_svm_subsample_keeps_a_rare_class_and_leaves_a_common_draw_alone() -> None:
+    from sidecar.scoring._svm import _subsample
+
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(10_000, M))
+    y = np.zeros(10_000, dtype=np.int8)
+    y[:3] = 1  # 3 OOD points: a plain draw of 100 misses them (seed 0 does)
+    X[:3] += 6.0
+    plain = np.random.default_rng(0).choice(10_000, 100, replace=False)
+    assert not y[plain].any()
+    Xs, ys = _subsample(X, y, 100, seed=0)
+    assert len(ys) == 100 and ys.sum() == 1 and len(np.unique(Xs, axis=0)) == 100
+    det = SVMDetector(max_samples=100).fit(X, y)  # was: SVC refused a single class
+    assert not det.one_class_
+    assert det.score_samples(Xs[ys == 1])[0] > np.median(det.score_samples(X[3:]))
+    # with both classes in the draw, the draw is the plain one (recorded figures hold)
+    y[:3000] = 1
+    Xs, ys = _subsample(X, y, 100, seed=0)
+    np.testing.assert_array_equal(Xs, X[np.sort(plain)])
+    with pytest.raises(DataError, match="max_samples must be at least 2"):
+        SVMDetector(max_samples=1).fit(X, y)
+
+
 def test_one_class_svm_numpy_equals_sklearn() -> None:
     from sklearn.svm import OneClassSVM
 

@@ -265,7 +265,7 @@ class RedisStore:
         start = f"({after}" if after and after != "0" else "-"
         with translate_errors(self.url):
             rows: Any = self.client.xrange(self.keys.events(kb), min=start, max="+")
-        return [parse_event(i, f) for i, f in rows]
+        return [parse_event(i, f, kb) for i, f in rows]
 
     # -- retention ------------------------------------------------------------------------
 

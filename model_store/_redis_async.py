@@ -135,8 +135,9 @@ class AsyncRedisStore:
         with translate_errors(self.url):
             reply: Any = await self.client.xread(streams, block=block_ms)  # type: ignore[arg-type]
         events: list[StoreEvent] = []
-        for _key, rows in reply or []:
-            events.extend(parse_event(i, f) for i, f in rows)
+        for key, rows in reply or []:
+            kb = self.keys.kb_from_events_key(text(key))
+            events.extend(parse_event(i, f, kb) for i, f in rows)
         return events
 
     async def ping(self) -> None:

@@ -159,15 +159,25 @@ def opt_text(value: Any) -> str | None:
     return s or None
 
 
-def parse_event(event_id: Any, fields: Mapping[Any, Any]) -> StoreEvent:
+def parse_event(event_id: Any, fields: Mapping[Any, Any], kb: str) -> StoreEvent:
+    """The event of one stream entry of ``kb``'s stream.
+
+    The KB is the stream's, not the entry's own field: an entry written by hand without
+    one (or with a time that is not a number) still moves a reader's cursor past it, where
+    a failure to parse it would have stopped that reader at it for good.
+    """
     f = {text(k): text(v) for k, v in fields.items()}
+    try:
+        ts = float(f.get("ts") or 0)
+    except ValueError:
+        ts = 0.0
     return StoreEvent(
         id=text(event_id),
-        kb=f.get("kb", ""),
+        kb=kb,
         version=f.get("version", ""),
         previous=f.get("previous") or None,
         action=f.get("action", ""),
-        ts=float(f.get("ts", "0") or 0),
+        ts=ts,
     )
 
 

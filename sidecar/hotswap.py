@@ -142,8 +142,9 @@ class ModelHolder:
         self._current = MappingProxyType(new)  # the swap
         st = self._status.setdefault(loaded.kb, _KbStatus())
         st.swaps += 1
-        if st.failed_version != loaded.version:
-            st.last_error = st.failed_version = None
+        # A good install ends the error: a retried version now serves, or another took the
+        # failed one's place.
+        st.last_error = st.failed_version = None
         log.info(
             "KB %s now served by version %s (was %s)",
             loaded.kb,
@@ -248,6 +249,7 @@ class ModelWatcher:
         try:
             await self._resubscribe()
         except StoreUnavailable as exc:
+            # _after stays None: the event loop resubscribes and loads on its first pass.
             self._store_down(exc)
             log.warning("model store unreachable at start, will retry: %s", exc)
         except Exception:
@@ -352,10 +354,17 @@ class ModelWatcher:
         return model
 
     async def _resubscribe(self) -> None:
-        """(Re)connect: note where each stream ends, then sync every KB."""
-        self._after = {kb: await self.store.last_event_id(kb) for kb in self.holder.kbs}
+        """(Re)connect: note where each stream ends, then sync every KB.
+
+        The cursors are kept only once the sync succeeded: until then the event loop
+        finds none and tries again, rather than waiting on events while nothing is
+        loaded. Events that land during the sync are read afterwards from the cursors.
+        """
+        self._after = None
+        after = {kb: await self.store.last_event_id(kb) for kb in self.holder.kbs}
         self._rejected.clear()
         await self.sync()
+        self._after = after
 
     async def _event_loop(self) -> None:
         backoff = 0.05

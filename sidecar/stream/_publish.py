@@ -89,8 +89,11 @@ class Publisher:
         ]
         return await self._send(self.topics.dlq, None, dumps(record), headers)
 
-    async def publish(self, outcome: BatchOutcome) -> None:
+    async def publish(self, outcome: BatchOutcome) -> float:
         """Send everything in ``outcome`` and wait until the broker acknowledged it all.
+
+        Returns the time (epoch ms) the batch was handed to the producer, the one each
+        verdict's ``latency_ms`` ends at.
 
         Raises
         ------
@@ -112,3 +115,4 @@ class Publisher:
             raise BrokerError(
                 f"{len(errors)} of {len(futs)} records were not delivered: {errors[0]!r}"
             ) from errors[0]
+        return now_ms

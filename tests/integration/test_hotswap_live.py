@@ -289,3 +289,29 @@ async def test_redis_restart_reconnects_and_converges(
     await r.wait_version(b)
     await r.holder.wait_for(lambda h: h.store_error is None, WAIT_S)
     assert r.holder.status()[KB]["store_reachable"] is True
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"kb": KB, "version": "x", "ts": "now"}, {"version": "x", "ts": "1"}],
+    ids=["time_not_a_number", "no_kb_field"],
+)
+async def test_a_foreign_event_entry_does_not_stop_event_driven_swaps(
+    fields: dict[str, str],
+    redis_stores: Stores,
+    artifacts: dict[str, Artifact],
+    run_watcher: Callable[..., Any],
+) -> None:
+    # An entry written to the KB's event stream by hand (or by another tool) used to be
+    # read again on every pass (a bad time) or to set the cursor of KB '' (no kb field),
+    # so that later promotions landed only through the poll, 30 s here.
+    a, b = redis_stores.sync.put(artifacts["A"]), redis_stores.sync.put(artifacts["B"])
+    sync = redis_stores.sync
+    assert isinstance(sync, RedisStore)
+    sync.promote(KB, a)
+    r: Running = await run_watcher(redis_stores)
+    sync.client.xadd(sync.keys.events(KB), fields)  # type: ignore[arg-type]
+    sync.promote(KB, b)
+    await r.wait_version(b)
+    events = sync.events(KB)
+    assert [e.kb for e in events] == [KB] * len(events)  # the stream's KB, not the field's

@@ -159,6 +159,10 @@ def test_holder_failure_shows_in_status_until_a_good_swap() -> None:
     holder.install(LoadedModel("kb", "c" * 16, object(), 2.0))
     assert holder.status()["kb"]["last_error"] is None
     assert holder.status()["kb"]["load_failures"] == 1
+    # the failed version itself loading on a retry ends the error too
+    holder.record_failure("kb", "d" * 16, "ArtifactNotFound: not there yet")
+    holder.install(LoadedModel("kb", "d" * 16, object(), 3.0))
+    assert holder.status()["kb"]["last_error"] is None
 
 
 async def test_watcher_loads_swaps_and_refuses_broken_models() -> None:
@@ -205,6 +209,30 @@ async def test_watcher_survives_a_store_outage_at_start() -> None:
         assert not holder.ready() and holder.store_error is not None
         assert holder.status()["kb"]["store_reachable"] is False
         store.down = False
+        await holder.wait_for(lambda h: h.ready() and h.store_error is None, 5)
+    finally:
+        await w.stop()
+
+
+async def test_a_store_blip_during_the_first_load_does_not_wait_for_the_poll() -> None:
+    # The streams' ends were read, then the pointer read failed: the watcher used to keep
+    # those cursors and wait on events (there were none), so nothing loaded until the
+    # poll (60 s here) while the worker answered every query with its fail mode.
+    class BlipStore(FakeStore):
+        blips = 1
+
+        async def active(self, kb: str) -> str | None:
+            if self.blips:
+                self.blips -= 1
+                raise StoreUnavailable("blip")
+            return await super().active(kb)
+
+    store, holder = BlipStore(), ModelHolder(["kb"])
+    store.promote(artifact(1))
+    w = watcher(store, holder)
+    await w.start()
+    try:
+        assert not holder.ready() and store.blips == 0
         await holder.wait_for(lambda h: h.ready() and h.store_error is None, 5)
     finally:
         await w.stop()

@@ -145,3 +145,19 @@ async def test_the_batch_in_flight_when_a_later_one_fails_is_still_delivered() -
     await rt.drain()
     assert [e.acks for e in first] == [1, 1] and len(send.sent) == 2
     assert len(reasons) == 1
+
+
+async def test_latency_metric_ends_where_the_verdicts_latency_does() -> None:
+    # Both end at the hand-off to the producer; the wait for the broker's acks is the
+    # produce stage. The metric used to be taken after the acks, on another clock.
+    rt, _, send, _ = runtime()
+    rt.publisher = Publisher(send, TopicNames(verdicts="v", dlq="d"), clock=lambda: 1000.0)
+    batch = events(0, 4)
+    for ev in batch:
+        ev.message.timestamp = 999.75  # 250 ms before the hand-off
+    await rt.handle(batch)
+    await rt.drain()
+    assert [json.loads(v)["latency_ms"] for v in send.sent] == [250.0] * 4
+    samples = {s.name: s.value for fam in rt.metrics.registry.collect() for s in fam.samples}
+    assert samples["sidecar_latency_seconds_count"] == 4
+    assert samples["sidecar_latency_seconds_sum"] == pytest.approx(4 * 0.25)

@@ -321,6 +321,17 @@ class ModelWatcher:
             log.debug("load of %s/%s failed", kb, active, exc_info=True)
             self._refuse(kb, active, f"{type(exc).__name__}: {exc}")
             return
+        # A rollback or promotion that landed while this version loaded wins: installing
+        # it anyway would serve it until the event of that change is read.
+        now_active = await self.store.active(kb)
+        if now_active != active:
+            log.info(
+                "KB %s: the active version moved to %s while %s loaded; not installing it",
+                kb,
+                now_active,
+                active,
+            )
+            return
         self.holder.install(loaded)
         log.info(
             "KB %s: loaded version %s in %.0f ms", kb, active, (time.perf_counter() - t0) * 1000

@@ -114,9 +114,8 @@ class FakeStore:
 
 def watcher(store: FakeStore, holder: ModelHolder, **kw: Any) -> ModelWatcher:
     kw.setdefault("poll_interval_s", 60.0)
-    return ModelWatcher(
-        store, holder, encoder=ENC, loader=FakeModel, event_wait_s=0.05, backoff_max_s=0.05, **kw
-    )
+    kw.setdefault("loader", FakeModel)
+    return ModelWatcher(store, holder, encoder=ENC, event_wait_s=0.05, backoff_max_s=0.05, **kw)
 
 
 def test_public_names_are_pinned() -> None:
@@ -234,6 +233,30 @@ async def test_a_store_blip_during_the_first_load_does_not_wait_for_the_poll() -
     try:
         assert not holder.ready() and store.blips == 0
         await holder.wait_for(lambda h: h.ready() and h.store_error is None, 5)
+    finally:
+        await w.stop()
+
+
+async def test_a_rollback_during_a_load_keeps_the_loading_version_out() -> None:
+    store, holder = FakeStore(), ModelHolder(["kb"])
+    a, b = artifact(1), artifact(2)
+    store.promote(a)
+    built: list[str] = []
+
+    def loader(art: Artifact) -> FakeModel:
+        built.append(art.version)
+        if art.version == b.version:
+            store.pointer["kb"] = a.version  # rolled back while b was being built
+        return FakeModel(art)
+
+    w = watcher(store, holder, loader=loader)
+    await w.start()
+    try:
+        store.promote(b)
+        await w.sync()
+        assert built == [a.version, b.version]  # b was loaded, then the pointer moved
+        assert holder.get("kb").version == a.version  # type: ignore[union-attr]
+        assert holder.status()["kb"]["swaps"] == 1  # b never served a query
     finally:
         await w.stop()
 

@@ -27,7 +27,9 @@ class StreamMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.records = Counter(
-            "sidecar_records", "Records consumed from the queries topic", registry=r
+            "sidecar_records",
+            "Query records answered (a verdict or a dead letter delivered)",
+            registry=r,
         )
         self.verdicts = Counter(
             "sidecar_verdicts", "Verdicts produced", ["kb", "verdict"], registry=r

@@ -124,6 +124,33 @@ def _check_loadable(artifact: Artifact, *, refused: str) -> None:
         ) from exc
 
 
+_any_encoder_option = click.option(
+    "--any-encoder",
+    is_flag=True,
+    help="Promote even when the model was built with another encoder than the settings' "
+    "scoring.encoder (workers running that encoder refuse it and keep their model).",
+)
+
+
+def _check_encoder(artifact: Artifact, settings: Settings, *, refused: str) -> None:
+    """Refuse to promote a model of another encoder than the workers' (the settings').
+
+    Workers refuse such a version and keep serving their old model; one that starts
+    afterwards has none at all and answers every query with its fail mode.
+    """
+    from model_store import IncompatibleArtifact
+    from sidecar.scoring._encoder import encoder_label
+
+    want = encoder_label(settings.scoring.encoder)
+    got = str(artifact.encoder.get("name"))
+    if got != want:
+        raise IncompatibleArtifact(
+            f"{artifact.kb}/{artifact.version} was built with encoder {got!r}, but the "
+            f"workers' scoring.encoder is {want!r}; {refused} (set scoring.encoder as the "
+            "workers do, or pass --any-encoder)"
+        )
+
+
 def _resolve(store: ModelStore, kb: str, ref: str) -> str:
     """``active``, ``previous``, a full version id or a unique prefix of one."""
     if ref in ("active", "previous"):
@@ -251,15 +278,23 @@ def show_command(
 @models.command("promote")
 @click.argument("kb")
 @click.argument("version")
+@_any_encoder_option
 @_store_options
-def promote_command(kb: str, version: str, store_dir: Path | None, redis_url: str | None) -> None:
+def promote_command(
+    kb: str, version: str, any_encoder: bool, store_dir: Path | None, redis_url: str | None
+) -> None:
     """Make VERSION the active model of KB; running sidecars swap to it.
 
-    VERSION is loaded first: one that no worker could load is refused.
+    VERSION is loaded first: one that no worker could load, or one built with another
+    encoder than the settings' scoring.encoder, is refused.
     """
-    with _open(store_dir, redis_url, create=False) as store:
+    settings = _settings(store_dir, redis_url)
+    with _opened(settings, create=False) as store:
         v = _resolve(store, kb, version)
-        _check_loadable(store.get(kb, v), refused="nothing was promoted")
+        artifact = store.get(kb, v)
+        _check_loadable(artifact, refused="nothing was promoted")
+        if not any_encoder:
+            _check_encoder(artifact, settings, refused="nothing was promoted")
         event = store.promote(kb, v)
     if event is None:
         click.echo(f"{kb}: {v} is already active")
@@ -336,11 +371,13 @@ def _check_export_target(directory: Path, artifact: Artifact) -> None:
     "at all (it is signed with the local key on import). An artifact that carries a "
     "signature must still match the configured key.",
 )
+@_any_encoder_option
 @_store_options
 def import_command(
     directory: Path,
     promote: bool,
     allow_unsigned: bool,
+    any_encoder: bool,
     store_dir: Path | None,
     redis_url: str | None,
 ) -> None:
@@ -352,6 +389,8 @@ def import_command(
     # Verified before the store is opened: a rejected artifact needs no connection.
     artifact = _load_for_import(directory, signing_key(settings), allow_unsigned=allow_unsigned)
     _check_loadable(artifact, refused="nothing was imported")
+    if promote and not any_encoder:
+        _check_encoder(artifact, settings, refused="nothing was imported")
     with _opened(settings, create=True) as store:
         version = store.put(artifact)
         event = store.promote(artifact.kb, version) if promote else None

@@ -66,6 +66,16 @@ def resolve_encoder_path(name: str) -> tuple[str, str]:
     )
 
 
+def encoder_label(name: str) -> str:
+    """The name an encoder setting gives its models (``resolve_encoder_path``'s first
+    part), without loading it: a directory that is not on this machine gives its
+    basename, as it would where it is."""
+    if name in _DEFAULT_ALIASES:
+        return DEFAULT_ENCODER
+    path = Path(name).expanduser()
+    return path.resolve().name if path.is_dir() else path.name
+
+
 class _UnusableModel(ConfigError):
     """The encoder directory is not a model either backend can load."""
 

@@ -43,7 +43,10 @@ def _artifact_dirs(tmp_path: Path, n: int = 3) -> list[Path]:
 
 
 @pytest.fixture(params=["directory", "redis"])
-def where(request: pytest.FixtureRequest, tmp_path: Path) -> list[str]:
+def where(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> list[str]:
+    monkeypatch.setenv("SIDECAR_SCORING__ENCODER", "e")  # the workers run the models' encoder
     if request.param == "redis":
         server: EmbeddedRedis = request.getfixturevalue("redis_server")
         return ["--redis-url", server.url]
@@ -77,6 +80,23 @@ def test_models_cli_lifecycle(tmp_path: Path, where: list[str]) -> None:
     assert (tmp_path / "exported" / "manifest.json").is_file()
     run("models", "import", str(d2), *where)
     assert "deleted" in run("models", "gc", "--retention", "2", *where)
+
+
+def test_promoting_a_model_of_another_encoder_is_refused(
+    tmp_path: Path, where: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Workers running the settings' encoder (the default here) would refuse it; one that
+    # starts afterwards would have no model at all.
+    monkeypatch.delenv("SIDECAR_SCORING__ENCODER")
+    (d0,) = _artifact_dirs(tmp_path, 1)
+    result = CliRunner().invoke(main, ["models", "import", str(d0), "--promote", *where])
+    assert result.exit_code == 2 and "built with encoder 'e'" in result.output
+    assert "all-MiniLM-L6-v2" in result.output and "nothing was imported" in result.output
+    run("models", "import", str(d0), *where)  # storing it without promoting is fine
+    (row,) = json.loads(run("models", "list", "demo", "--json", *where))
+    result = CliRunner().invoke(main, ["models", "promote", "demo", row["version"], *where])
+    assert result.exit_code == 2 and "nothing was promoted" in result.output
+    assert "promoted" in run("models", "promote", "demo", row["version"], "--any-encoder", *where)
 
 
 def test_models_cli_errors_are_one_line(tmp_path: Path, where: list[str]) -> None:

@@ -16,7 +16,9 @@ import hashlib
 import hmac
 import io
 import json
+import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +32,7 @@ from model_store._errors import (
     IncompatibleArtifact,
     SignatureInvalid,
 )
-from model_store._npz import read_arrays
+from model_store._npz import max_npz_bytes, read_arrays
 
 SCHEMA_VERSION = 1
 MANIFEST_FILE = "manifest.json"
@@ -300,6 +302,39 @@ def save_dir(artifact: Artifact, path: str | Path) -> Path:
     return p
 
 
+# Far above any manifest the product writes (tens of kB): only a bound on what is read.
+MANIFEST_MAX_BYTES = 16 * 1024 * 1024
+
+
+def read_bounded(path: Path, limit: int) -> bytes:
+    """The bytes of the regular file ``path``, refused with :class:`ArtifactCorrupt` past
+    ``limit``, before they are read.
+
+    Neither a huge file nor a device or FIFO put in an artifact's place (a link to
+    /dev/zero never ends) is read into memory; a link to a regular file is followed, as
+    Kubernetes ConfigMap volumes present their files. Raises OSError as ``open`` does.
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise ArtifactCorrupt(f"{path} is not a regular file")
+        if st.st_size > limit:
+            raise ArtifactCorrupt(f"{path} has {st.st_size} bytes; at most {limit} can be valid")
+        data = f.read(limit + 1)
+    if len(data) > limit:  # grew while being read
+        raise ArtifactCorrupt(f"{path} has more than {limit} bytes")
+    return data
+
+
+def read_dir_files(p: Path, hmac_key: bytes | None) -> tuple[bytes, bytes]:
+    """The manifest and the arrays of an artifact directory, each read within the bound
+    the other allows: the arrays within what the checked manifest declares."""
+    manifest_bytes = read_bounded(p / MANIFEST_FILE, MANIFEST_MAX_BYTES)
+    declared = verify_manifest(manifest_bytes, hmac_key=hmac_key)["arrays"]
+    return manifest_bytes, read_bounded(p / ARRAYS_FILE, max_npz_bytes(declared))
+
+
 def load_dir(
     path: str | Path,
     *,
@@ -309,8 +344,7 @@ def load_dir(
     """Read and validate an artifact directory written by :func:`save_dir`."""
     p = Path(path)
     try:
-        manifest_bytes = (p / MANIFEST_FILE).read_bytes()
-        arrays_bytes = (p / ARRAYS_FILE).read_bytes()
+        manifest_bytes, arrays_bytes = read_dir_files(p, hmac_key)
     except FileNotFoundError as exc:
         raise ArtifactNotFound(
             f"{p} is not an artifact directory (missing {exc.filename})"

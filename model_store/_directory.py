@@ -30,8 +30,17 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from model_store._artifact import ARRAYS_FILE, MANIFEST_FILE, Artifact, encode
+from model_store._artifact import (
+    ARRAYS_FILE,
+    MANIFEST_FILE,
+    MANIFEST_MAX_BYTES,
+    Artifact,
+    encode,
+    read_bounded,
+    verify_manifest,
+)
 from model_store._errors import ArtifactCorrupt, ArtifactNotFound, StoreUnavailable
+from model_store._npz import max_npz_bytes
 from model_store._store import (
     HISTORY_MAX,
     StoreEvent,
@@ -127,8 +136,13 @@ class DirectoryStore:
         state["seq"] = int(state.get("seq", 0)) + 1
         event = StoreEvent(str(state["seq"]), kb, version, previous, action, time.time())
         _write_atomic(d / "state.json", json.dumps(state).encode())
-        with open(d / "events.jsonl", "ab") as f:
-            f.write(json.dumps(event.to_json()).encode() + b"\n")
+        with open(d / "events.jsonl", "ab+") as f:
+            # A line torn by a crash gets its own: this event must not be glued to it.
+            end, torn = f.seek(0, os.SEEK_END), False
+            if end:
+                f.seek(end - 1)
+                torn = f.read(1) != b"\n"
+            f.write((b"\n" if torn else b"") + json.dumps(event.to_json()).encode() + b"\n")
             f.flush()
             os.fsync(f.fileno())
         return event
@@ -163,8 +177,8 @@ class DirectoryStore:
         if not vdir.is_dir():
             raise ArtifactNotFound(f"KB {kb!r} has no version {version!r}")
         try:
-            manifest_bytes = (vdir / MANIFEST_FILE).read_bytes()
-            meta = json.loads((vdir / META_FILE).read_bytes())
+            manifest_bytes = read_bounded(vdir / MANIFEST_FILE, MANIFEST_MAX_BYTES)
+            meta = json.loads(read_bounded(vdir / META_FILE, MANIFEST_MAX_BYTES))
         except (OSError, ValueError) as exc:
             raise ArtifactCorrupt(f"version {version} of KB {kb!r} is unreadable: {exc}") from exc
         if not isinstance(meta, dict):
@@ -175,8 +189,13 @@ class DirectoryStore:
         self, kb: str, version: str, *, expected_encoder: Mapping[str, Any] | None = None
     ) -> Artifact:
         manifest_bytes, meta, vdir = self._read(kb, version)
+        # Cheap checks (schema, signature, encoder) first; the arrays are read only within
+        # what the manifest declares.
+        manifest = verify_manifest(
+            manifest_bytes, hmac_key=self.hmac_key, expected_encoder=expected_encoder
+        )
         try:
-            data = (vdir / ARRAYS_FILE).read_bytes()
+            data = read_bounded(vdir / ARRAYS_FILE, max_npz_bytes(manifest["arrays"]))
         except OSError as exc:
             raise ArtifactCorrupt(f"version {version} of KB {kb!r}: {exc}") from exc
         return verified_artifact(
@@ -259,6 +278,15 @@ class DirectoryStore:
         log.info("rolled KB %s back to %s (was %s)", kb, target, current)
         return event
 
+    def events_mark(self, kb: str) -> tuple[int, int] | None:
+        """Size and modification time of ``kb``'s event log (None when it has none): the
+        log only grows, so an unchanged mark means no new event."""
+        try:
+            st = (self._kb_dir(kb) / "events.jsonl").stat()
+        except FileNotFoundError:
+            return None
+        return st.st_size, st.st_mtime_ns
+
     def events(self, kb: str, after: str | None = None) -> list[StoreEvent]:
         path = self._kb_dir(kb) / "events.jsonl"
         try:
@@ -272,19 +300,20 @@ class DirectoryStore:
                 continue
             try:
                 e = json.loads(line)
-            except ValueError:
-                continue  # a line still being appended
-            if int(e["id"]) > start:
-                out.append(
-                    StoreEvent(
-                        str(e["id"]),
-                        e["kb"],
-                        e["version"],
-                        e.get("previous"),
-                        e["action"],
-                        float(e["ts"]),
-                    )
+                event = StoreEvent(
+                    str(int(e["id"])),
+                    kb,
+                    str(e["version"]),
+                    e.get("previous"),
+                    str(e["action"]),
+                    float(e["ts"]),
                 )
+            except (ValueError, TypeError, KeyError, IndexError):
+                # A line still being appended, or one that is not an event (written by
+                # hand, torn by a crash): skipped, as a reader must get past it.
+                continue
+            if int(event.id) > start:
+                out.append(event)
         return out
 
     # -- retention ------------------------------------------------------------------------
@@ -328,6 +357,8 @@ class AsyncDirectoryStore:
     def __init__(self, store: DirectoryStore, *, event_poll_s: float = 0.1) -> None:
         self.store = store
         self.event_poll_s = event_poll_s
+        # Per KB: the event log's mark and the cursor of the last read that found nothing new.
+        self._read_at: dict[str, tuple[tuple[int, int] | None, str]] = {}
 
     def __repr__(self) -> str:
         return f"AsyncDirectoryStore({str(self.store.root)!r})"
@@ -354,6 +385,12 @@ class AsyncDirectoryStore:
         while True:
             found: list[StoreEvent] = []
             for kb, last in after.items():
+                # The log is read again only when it changed: read every poll, a long log
+                # cost tens of ms a read.
+                mark = (await asyncio.to_thread(self.store.events_mark, kb), last)
+                if self._read_at.get(kb) == mark:
+                    continue
+                self._read_at[kb] = mark
                 found.extend(await asyncio.to_thread(self.store.events, kb, last))
             remaining = deadline - time.monotonic()
             if found or remaining <= 0:

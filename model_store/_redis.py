@@ -38,6 +38,7 @@ from model_store._redis_common import (
 )
 from model_store._store import (
     HISTORY_MAX,
+    MIN_CHUNK_BYTES,
     StoreEvent,
     VersionInfo,
     check_chunk_lengths,
@@ -93,6 +94,8 @@ class RedisStore:
         self.keys = Keys(prefix)
         self.hmac_key = hmac_key or None
         self.retention = retention
+        if chunk_bytes < MIN_CHUNK_BYTES:
+            raise ValueError(f"chunk_bytes must be at least {MIN_CHUNK_BYTES}, got {chunk_bytes}")
         self.chunk_bytes = chunk_bytes
         kwargs: dict[str, Any] = {
             "socket_timeout": socket_timeout_s,

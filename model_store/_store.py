@@ -58,6 +58,10 @@ def previous_in(history: Sequence[str]) -> str | None:
     return next((v for v in history[1:] if v != history[0]), None) if history else None
 
 
+# The smallest chunk a Redis store writes (its chunk_bytes); the settings' floor is 64 KiB.
+MIN_CHUNK_BYTES = 1024
+
+
 def _meta_int(meta: Mapping[str, Any], key: str, where: str) -> int:
     # The metadata is unsigned and, in Redis, writable by anyone who can reach the server.
     try:
@@ -79,7 +83,9 @@ def stored_chunks(
         raise ArtifactCorrupt(
             f"{where}: arrays are recorded as {size} bytes; the manifest allows at most {limit}"
         )
-    if not 1 <= chunks <= max(1, size):
+    # A writer's chunks hold at least MIN_CHUNK_BYTES each (but the last): a count past
+    # that would only make the reader queue one command per chunk before refusing it.
+    if not 1 <= chunks <= max(1, -(-size // MIN_CHUNK_BYTES)):
         raise ArtifactCorrupt(f"{where}: {chunks} chunks cannot hold {size} bytes")
     return chunks
 

@@ -42,11 +42,13 @@ def _artifact_dirs(tmp_path: Path, n: int = 3) -> list[Path]:
     return [save_dir(_artifact(i), tmp_path / f"art{i}") for i in range(n)]
 
 
+@pytest.fixture(autouse=True)
+def _workers_run_the_models_encoder(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SIDECAR_SCORING__ENCODER", "e")
+
+
 @pytest.fixture(params=["directory", "redis"])
-def where(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> list[str]:
-    monkeypatch.setenv("SIDECAR_SCORING__ENCODER", "e")  # the workers run the models' encoder
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> list[str]:
     if request.param == "redis":
         server: EmbeddedRedis = request.getfixturevalue("redis_server")
         return ["--redis-url", server.url]

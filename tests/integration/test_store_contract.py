@@ -139,7 +139,7 @@ def test_versions_are_listed_oldest_first(make_store: StoreFactory) -> None:
 
 
 def test_chunked_artifact_roundtrip(make_store: StoreFactory) -> None:
-    store = make_store(chunk_bytes=1024)
+    store = make_store(chunk_bytes=1024)  # the smallest chunks a Redis store writes
     art = make_artifact(3, n=200)  # 6.4 kB of floats: several chunks in Redis
     version = store.put(art)
     if isinstance(store, RedisStore):
@@ -404,7 +404,8 @@ def test_rewritten_metadata_is_corrupt(make_store: StoreFactory, meta: dict[str,
 
 
 @pytest.mark.parametrize(
-    ("chunks", "message"), [(10**6, "cannot hold"), (0, "cannot hold"), ("x", "not a number")]
+    ("chunks", "message"),
+    [(10**6, "cannot hold"), (0, "cannot hold"), ("x", "not a number"), ("half", "cannot hold")],
 )
 async def test_redis_chunk_count_must_fit_the_recorded_size(
     redis_server: EmbeddedRedis, chunks: object, message: str
@@ -414,6 +415,8 @@ async def test_redis_chunk_count_must_fit_the_recorded_size(
     reader = AsyncRedisStore(redis_server.url, prefix="t")
     try:
         version = store.put(make_artifact(1))
+        if chunks == "half":  # one chunk per 2 bytes: no writer makes chunks under 1 KiB
+            chunks = int(store.client.hget(store.keys.meta(KB, version), "size") or 0) // 2
         store.client.hset(store.keys.meta(KB, version), "chunks", str(chunks))
         with pytest.raises(ArtifactCorrupt, match=message):
             store.get(KB, version)

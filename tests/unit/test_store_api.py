@@ -161,3 +161,73 @@ def test_verified_artifact_checks_size_sha_and_version() -> None:
         verified_artifact("kb", "0" * 16, manifest, data, meta, **kw)
     with pytest.raises(ArtifactCorrupt, match="hashes to"):
         verified_artifact("other", art.version, manifest, data, meta, **kw)
+
+
+def _stored(tmp_path) -> tuple[DirectoryStore, str, object]:
+    store = DirectoryStore(tmp_path / "store")
+    art = build_artifact(
+        kb="kb", encoder={"name": "e", "dim": 2}, model={"kind": "x"}, arrays={"a": np.ones(3)}
+    )
+    return store, store.put(art), art
+
+
+def test_directory_store_reads_no_more_than_an_artifact_can_hold(tmp_path) -> None:
+    import os
+
+    from model_store import ArtifactCorrupt, load_dir, save_dir
+
+    store, version, art = _stored(tmp_path)
+    arrays = tmp_path / "store" / "kb" / "versions" / version / "arrays.npz"
+    with open(arrays, "r+b") as f:  # sparse: 1 GiB on paper, nothing on disk
+        f.truncate(1 << 30)
+    with pytest.raises(ArtifactCorrupt, match="at most"):
+        store.get("kb", version)  # refused before it is read, not after
+    arrays.unlink()
+    os.mkfifo(arrays)  # a FIFO never ends: it must not be read at all
+    with pytest.raises(ArtifactCorrupt, match="not a regular file"):
+        store.get("kb", version)
+    exported = save_dir(art, tmp_path / "export")
+    (exported / "arrays.npz").unlink()
+    (exported / "arrays.npz").symlink_to("/dev/zero")
+    with pytest.raises(ArtifactCorrupt, match="not a regular file"):
+        load_dir(exported)
+    linked = save_dir(art, tmp_path / "linked")  # a link to a regular file is followed
+    (linked / "arrays.npz").rename(tmp_path / "elsewhere.npz")
+    (linked / "arrays.npz").symlink_to(tmp_path / "elsewhere.npz")
+    assert load_dir(linked).version == version
+
+
+def test_directory_events_skip_lines_that_are_not_events(tmp_path) -> None:
+    store, version, _ = _stored(tmp_path)
+    store.promote("kb", version)
+    log = tmp_path / "store" / "kb" / "events.jsonl"
+    with open(log, "ab") as f:
+        f.write(b'{"id": 7}\n[]\n{"id": "x", "version": 1, "action": "a", "ts": 0}\n')
+        f.write(b'{"id": 9, "kb": "kb", "vers')  # torn by a crash: no newline
+    assert [e.id for e in store.events("kb")] == ["1"]
+    second = store.put(
+        build_artifact(
+            kb="kb", encoder={"name": "e", "dim": 2}, model={"kind": "y"}, arrays={"a": np.ones(3)}
+        )
+    )
+    event = store.promote("kb", second)
+    assert event is not None  # the new event gets a line of its own, after the torn one
+    assert [(e.id, e.version) for e in store.events("kb")] == [("1", version), ("2", second)]
+
+
+async def test_directory_watch_reads_the_event_log_only_when_it_changed(tmp_path) -> None:
+    store, version, _ = _stored(tmp_path)
+    reads: list[str] = []
+    real = store.events
+
+    def counted(kb: str, after: str | None = None):  # type: ignore[no-untyped-def]
+        reads.append(kb)
+        return real(kb, after)
+
+    store.events = counted  # type: ignore[method-assign]
+    watcher = AsyncDirectoryStore(store, event_poll_s=0.01)
+    assert await watcher.wait_events({"kb": "0"}, 0.1) == []
+    assert len(reads) == 1  # ten polls, one read: the log did not change
+    store.promote("kb", version)
+    (event,) = await watcher.wait_events({"kb": "0"}, 1.0)
+    assert event.version == version and len(reads) == 2

@@ -288,8 +288,9 @@ def _safe_dtype_str(value: Any) -> bool:
         dtype = np.dtype(value)
     except (TypeError, ValueError):
         return False
-    # Only the spelling build_artifact records ('<f4', not '=f4' or '|f4') is accepted.
-    return dtype.str == value and dtype.kind in _SAFE_KINDS
+    # Only the spelling build_artifact records ('<f4', not '=f4' or '|f4') is accepted. A
+    # zero-width '<U0' holds no bytes whatever its shape, so no size check could bound it.
+    return dtype.str == value and dtype.kind in _SAFE_KINDS and dtype.itemsize > 0
 
 
 def save_dir(artifact: Artifact, path: str | Path) -> Path:

@@ -56,6 +56,10 @@ def read_arrays(data: bytes, declared: Mapping[str, Mapping[str, Any]]) -> dict[
     """Check the archive ``data`` against ``declared`` (a verified manifest's ``arrays``),
     then load it; raise :class:`ArtifactCorrupt` on any mismatch, before inflating anything.
     """
+    # zipfile finds an archive after leading bytes; np.load goes by the first bytes and
+    # would read a .npy put in front as the whole content.
+    if not data.startswith(b"PK\x03\x04"):
+        raise ArtifactCorrupt("arrays are not a zip archive from its first byte")
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as zf:
             _check_members(zf, declared, len(data))

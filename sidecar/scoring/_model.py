@@ -384,7 +384,7 @@ class OODModel:
                     )
         except IncompatibleArtifact:
             raise
-        except (KeyError, TypeError, ValueError, IndexError, DataError) as exc:
+        except (KeyError, TypeError, ValueError, IndexError, ArithmeticError, DataError) as exc:
             raise IncompatibleArtifact(
                 f"model section or arrays are malformed ({type(exc).__name__}: {exc})"
             ) from exc

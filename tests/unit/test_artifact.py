@@ -276,6 +276,7 @@ def _drop(path: str) -> Change:
         pytest.param(_set("arrays.a.dtype", "<f3"), id="arrays.a.dtype=<f3"),
         pytest.param(_set("arrays.a.dtype", "=f4"), id="arrays.a.dtype==f4"),
         pytest.param(_set("arrays.a.dtype", "|V8"), id="arrays.a.dtype=|V8"),
+        pytest.param(_set("arrays.a.dtype", "<U0"), id="arrays.a.dtype=<U0"),  # 0 bytes, any shape
         pytest.param(_set("arrays.a.shape", "3x4"), id="arrays.a.shape=3x4"),
         pytest.param(_set("arrays.a.shape", [3, -4]), id="arrays.a.shape=[3, -4]"),
         pytest.param(_set("arrays.a.shape", [3, True]), id="arrays.a.shape=[3, True]"),
@@ -319,3 +320,12 @@ def test_boolean_schema_version_is_not_version_one() -> None:
     manifest, npz = _edited(_set("schema_version", True))
     with pytest.raises(IncompatibleArtifact, match="schema"):
         decode(manifest, npz)
+
+
+def test_a_npy_in_front_of_the_archive_is_corrupt_not_a_type_error() -> None:
+    # zipfile finds the archive after leading bytes, np.load reads the leading .npy
+    manifest, npz = encode(_artifact())
+    front = io.BytesIO()
+    np.save(front, np.zeros(3))
+    with pytest.raises(ArtifactCorrupt, match="not a zip archive"):
+        decode(manifest, front.getvalue() + npz)

@@ -227,6 +227,15 @@ def test_tampered_array_is_refused() -> None:
         decode(*encode(tampered))
 
 
+def test_a_model_section_with_an_infinite_count_is_incompatible() -> None:
+    # JSON's Infinity parses; int() of it raised OverflowError past the malformed check.
+    art = _model("logreg").to_artifact()
+    manifest = json.loads(json.dumps(art.manifest))
+    manifest["model"]["k"] = float("inf")
+    with pytest.raises(IncompatibleArtifact, match="OverflowError"):
+        OODModel.from_artifact(type(art)(manifest, art.arrays))
+
+
 def test_tampered_manifest_is_refused_when_signed() -> None:
     key = b"k" * 32
     art = _model("combined").to_artifact().signed(key)

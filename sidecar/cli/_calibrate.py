@@ -150,6 +150,15 @@ def calibrate_command(**opts: Any) -> None:
         f"  threshold {model.threshold:.4f} refused {old['frr_on_recalibration_queries']:.2%} "
         f"of them; the new {new.threshold:.4f} refuses {new.metrics['calibration_frr']:.2%}"
     )
+    copies = model.training_copies(E)
+    if copies is not None and copies.any():
+        # The quantile's guarantee holds for queries new to the model: its own training
+        # queries score as more in-domain, so the threshold comes out too strict.
+        click.echo(
+            f"  warning: {int(copies.sum())} of these queries repeat the model's training "
+            "queries: they score as more in-domain than new traffic, and the new threshold "
+            "may refuse more than the target; leave them out"
+        )
     if opts["out"]:
         click.echo(f"wrote {save_dir(artifact, opts['out'])}")
     if opts["publish"]:

@@ -144,3 +144,17 @@ def test_publishing_an_artifact_directory_checks_its_signature_like_import(
     store = DirectoryStore(store_dir, hmac_key=b"the-store-key")
     (version,) = store.versions(model.kb)
     assert store.get(model.kb, version).manifest["signature"]
+
+
+def test_queries_the_model_was_trained_on_are_named(trained: Path, tmp_path: Path) -> None:
+    # The demo model is trained on the demo ID queries and keeps them (its neighbour
+    # banks): recalibrating on them would set a threshold too strict for new traffic.
+    res = _run("--artifact", str(trained), "--id-queries", str(demo_path(DEMO_ID_QUERIES)),
+               "--target-frr", "0.05", "--out", str(tmp_path / "recal"))  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "repeat the model's training queries" in res.output
+    model = OODModel.from_artifact(load_dir(trained))
+    np.save(tmp_path / "live.npy", _live(model, 150))
+    res = _run("--artifact", str(trained), "--id-embeddings", str(tmp_path / "live.npy"),
+               "--out", str(tmp_path / "recal2"))  # fmt: skip
+    assert res.exit_code == 0 and "repeat the model" not in res.output

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 
@@ -63,14 +65,18 @@ def test_a_row_with_many_near_duplicates_keeps_its_32_most_similar() -> None:
     assert np.bincount(r, minlength=len(U))[20:].min() == 32
 
 
-def test_a_dense_topic_of_near_duplicates_stops_at_the_group_cap() -> None:
+def test_a_dense_topic_of_near_duplicates_stops_at_the_group_cap(caplog) -> None:
     rng = np.random.default_rng(2)
     step = rng.normal(size=(100, 32)) * 0.05
     E = np.cumsum(step, axis=0) + rng.normal(size=32) * 3  # a drifting walk: all near copies
     assert len(np.unique(near_duplicate_groups(E, max_share=1.0))) == 1  # uncapped: one
-    g = near_duplicate_groups(E)  # default cap: 5% of the rows
+    with caplog.at_level(logging.WARNING, logger="sidecar.training._splits"):
+        g = near_duplicate_groups(E)  # default cap: 5% of the rows, at least 8
     _, sizes = np.unique(g, return_counts=True)
-    assert sizes.max() <= 5 and np.sum(sizes == 1) <= 10  # capped, yet few rows left alone
+    assert sizes.max() <= 8 and np.sum(sizes == 1) <= 10  # capped, yet few rows left alone
+    (warning,) = caplog.records  # the pairs the cap kept apart are told, not hidden
+    assert "pairs of near-duplicate queries" in warning.getMessage()
+    assert "more than 8 of the 100 queries" in warning.getMessage()
     # given groups are kept whole even beyond the cap
     given = near_duplicate_groups(E, groups=[0] * 50 + list(range(1, 51)))
     assert len(np.unique(given[:50])) == 1
@@ -194,3 +200,14 @@ def test_a_cross_fitted_fold_does_not_fit_the_near_copy_of_a_query_it_judges() -
     # row by row (the paper's folds): every training query, no labels
     plain = cross_fit_training(E, (None,) * 4, np.array([4, 5]), np.array([3, 7]))
     assert len(rows(plain[0], E_idt)) == 6 and plain[2] is None and plain[3] is None
+
+
+def test_a_question_and_its_paraphrases_stay_together_in_a_small_set() -> None:
+    # 10 questions with 2 paraphrases each: 5% of 30 rows would cap groups at 2 and split
+    # every triple; calibration would then see near copies of fitted queries.
+    rng = np.random.default_rng(3)
+    centres = rng.normal(size=(10, 32))
+    E = np.repeat(centres, 3, axis=0) + rng.normal(size=(30, 32)) * 0.02
+    g = near_duplicate_groups(E)
+    assert [len(np.unique(g[i : i + 3])) for i in range(0, 30, 3)] == [1] * 10
+    assert len(np.unique(g)) == 10

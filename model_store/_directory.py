@@ -58,13 +58,27 @@ META_FILE = "meta.json"
 _TMP = ".tmp-"
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f"{_TMP}{path.name}.{uuid.uuid4().hex}")
-    with open(tmp, "wb") as f:
+def _write_synced(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
+
+
+def _sync_dir(path: Path) -> None:
+    """Make the entries of directory ``path`` (a rename into it) durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f"{_TMP}{path.name}.{uuid.uuid4().hex}")
+    _write_synced(tmp, data)
     os.replace(tmp, path)
+    _sync_dir(path.parent)
 
 
 class DirectoryStore:
@@ -165,10 +179,14 @@ class DirectoryStore:
                 return version
             tmp = d / "versions" / f"{_TMP}{version}.{uuid.uuid4().hex}"
             tmp.mkdir(parents=True)
-            (tmp / ARRAYS_FILE).write_bytes(arrays_bytes)
-            (tmp / MANIFEST_FILE).write_bytes(manifest_bytes)
-            (tmp / META_FILE).write_text(json.dumps(meta))
+            # On disk before it is listed: after a power loss, put() would find a listed
+            # but truncated version and never write it again.
+            _write_synced(tmp / ARRAYS_FILE, arrays_bytes)
+            _write_synced(tmp / MANIFEST_FILE, manifest_bytes)
+            _write_synced(tmp / META_FILE, json.dumps(meta).encode())
+            _sync_dir(tmp)
             os.rename(tmp, target)  # listed from here on
+            _sync_dir(target.parent)
         log.info("stored version %s of KB %s in %s", version, kb, self.root)
         return version
 

@@ -279,17 +279,10 @@ class RedisStore:
         with translate_errors(self.url):
             listed = [text(v) for v in self.client.zrange(k.versions(kb), 0, -1)]
             for version in listed[: max(0, len(listed) - self.retention)]:
-                if not self._unlist(
-                    keys=[k.versions(kb), k.active(kb), k.history(kb)], args=[version]
-                ):
-                    continue
-                n = int(self.client.hget(k.meta(kb, version), "chunks") or 0)
-                self.client.delete(
-                    k.manifest(kb, version),
-                    k.meta(kb, version),
-                    *(k.chunk(kb, version, i) for i in range(n)),
-                )
-                deleted.append(version)
+                keys = [k.versions(kb), k.active(kb), k.history(kb)]
+                keys += [k.manifest(kb, version), k.meta(kb, version)]
+                if self._unlist(keys=keys, args=[version, k.chunks(kb, version)]):
+                    deleted.append(version)
         if deleted:
             log.info("gc removed %d versions of KB %s", len(deleted), kb)
         return deleted

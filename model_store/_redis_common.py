@@ -81,9 +81,13 @@ return {'ok', prev, cur, id}
 # that differs from the active one), and drop it from the history. Removing an entry can
 # leave its neighbours equal (C B A B without A is C B B), and a later rollback from B to B
 # would change nothing, so the history is rewritten with each run of equal entries as one.
-# KEYS[1] versions zset, KEYS[2] active pointer, KEYS[3] history list (newest first)
-# ARGV[1] version to unlist
-# Returns 1 when unlisted (its data keys may then be deleted), 0 when protected.
+# The version's data keys go in the same script: deleted apart from the unlisting, a put()
+# of the same content between the two (it saw the version unlisted, wrote its keys and
+# listed it again) would be left listed without its data.
+# KEYS[1] versions zset, KEYS[2] active pointer, KEYS[3] history list (newest first),
+# KEYS[4] manifest, KEYS[5] meta hash of the version
+# ARGV[1] version to unlist, ARGV[2] its chunk key without the index ('...:chunk:')
+# Returns 1 when unlisted and deleted, 0 when protected.
 UNLIST_LUA = """
 if redis.call('GET', KEYS[2]) == ARGV[1] then return 0 end
 local h = redis.call('LRANGE', KEYS[3], 0, -1)
@@ -102,6 +106,9 @@ if #kept ~= #h then
     redis.call('DEL', KEYS[3])
     if #kept > 0 then redis.call('RPUSH', KEYS[3], unpack(kept)) end
 end
+local chunks = tonumber(redis.call('HGET', KEYS[5], 'chunks')) or 0
+for i = 0, chunks - 1 do redis.call('DEL', ARGV[2] .. i) end
+redis.call('DEL', KEYS[4], KEYS[5])
 return 1
 """
 
@@ -138,7 +145,11 @@ class Keys:
         return f"{self.kb(kb)}:v:{version}:meta"
 
     def chunk(self, kb: str, version: str, i: int) -> str:
-        return f"{self.kb(kb)}:v:{version}:chunk:{i}"
+        return f"{self.chunks(kb, version)}{i}"
+
+    def chunks(self, kb: str, version: str) -> str:
+        """The chunk keys' common start (the index follows)."""
+        return f"{self.kb(kb)}:v:{version}:chunk:"
 
     def pointer_keys(self, kb: str) -> list[str]:
         """KEYS[1..4] of the promote and rollback scripts."""

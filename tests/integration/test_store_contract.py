@@ -218,6 +218,35 @@ def test_gc_keeps_retention_active_and_previous(make_store: StoreFactory) -> Non
         assert not list(store.client.scan_iter(f"t:kb:{KB}:v:{v[2]}:*"))
 
 
+def test_gc_and_a_put_of_the_same_content_leave_a_whole_version(
+    redis_server: EmbeddedRedis,
+) -> None:
+    # Another job publishes the very content gc is removing, just after gc unlisted it:
+    # gc used to delete the data keys afterwards, leaving that put's version listed and
+    # empty (every worker refused it). Unlisting and deleting are now one script.
+    store = RedisStore(redis_server.url, prefix="t", retention=1)
+    other = RedisStore(redis_server.url, prefix="t")
+    old, new = make_artifact(1), make_artifact(2)
+    v_old = store.put(old)
+    store.promote(KB, store.put(new))
+    store.promote(KB, store.put(make_artifact(3)))  # v_old: neither active nor previous
+    real = store._unlist
+
+    def unlist_then_republish(*a: Any, **kw: Any) -> Any:
+        done = real(*a, **kw)
+        other.put(old)  # sees v_old unlisted, so it writes and lists it again
+        return done
+
+    store._unlist = unlist_then_republish  # type: ignore[method-assign]
+    try:
+        assert store.gc(KB) == [v_old]
+        assert v_old in store.versions(KB)  # listed again by the other job ...
+        assert store.get(KB, v_old).version == v_old  # ... and whole
+    finally:
+        store.close()
+        other.close()
+
+
 def test_corrupt_bytes_are_refused(make_store: StoreFactory) -> None:
     store = make_store()
     version = store.put(make_artifact(1))

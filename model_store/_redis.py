@@ -29,7 +29,9 @@ from model_store._redis_common import (
     UNLIST_LUA,
     Keys,
     client_from_url,
+    manifest_and_meta,
     parse_event,
+    queue_manifest_and_meta,
     safe_url,
     script_event,
     split_chunks,
@@ -187,14 +189,9 @@ class RedisStore:
         )
 
     def _manifest_and_meta(self, kb: str, version: str) -> tuple[bytes, dict[str, str]]:
-        k = self.keys
         pipe = self.client.pipeline(transaction=False)
-        pipe.get(k.manifest(kb, version))
-        pipe.hgetall(k.meta(kb, version))
-        manifest_bytes, raw_meta = pipe.execute()
-        if manifest_bytes is None or not raw_meta:
-            raise ArtifactCorrupt(f"version {version} of KB {kb!r} has no manifest")
-        return manifest_bytes, {text(a): text(b) for a, b in raw_meta.items()}
+        queue_manifest_and_meta(pipe, self.keys, kb, version)
+        return manifest_and_meta(pipe.execute(), kb, version)
 
     def manifest(self, kb: str, version: str) -> dict[str, Any]:
         return dict(self.info(kb, version).manifest)

@@ -20,7 +20,9 @@ from model_store._errors import ArtifactCorrupt, ArtifactNotFound
 from model_store._redis_common import (
     Keys,
     client_from_url,
+    manifest_and_meta,
     parse_event,
+    queue_manifest_and_meta,
     safe_url,
     text,
     translate_errors,
@@ -76,12 +78,8 @@ class AsyncRedisStore:
             if await self.client.zscore(k.versions(kb), version) is None:
                 raise ArtifactNotFound(f"KB {kb!r} has no version {version!r}")
             pipe = self.client.pipeline(transaction=False)
-            pipe.get(k.manifest(kb, version))
-            pipe.hgetall(k.meta(kb, version))
-            manifest_bytes, raw_meta = await pipe.execute()
-            if manifest_bytes is None or not raw_meta:
-                raise ArtifactCorrupt(f"version {version} of KB {kb!r} has no manifest")
-            meta = {text(a): text(b) for a, b in raw_meta.items()}
+            queue_manifest_and_meta(pipe, k, kb, version)
+            manifest_bytes, meta = manifest_and_meta(await pipe.execute(), kb, version)
             manifest = verify_manifest(
                 manifest_bytes, hmac_key=self.hmac_key, expected_encoder=expected_encoder
             )

@@ -16,13 +16,19 @@ from __future__ import annotations
 
 import contextlib
 import urllib.parse
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import redis.exceptions
 
-from model_store._errors import ModelStoreError, StoreMisconfigured, StoreUnavailable
+from model_store._artifact import MANIFEST_MAX_BYTES
+from model_store._errors import (
+    ArtifactCorrupt,
+    ModelStoreError,
+    StoreMisconfigured,
+    StoreUnavailable,
+)
 from model_store._store import StoreEvent
 
 # Approximate number of events kept per KB stream (XADD MAXLEN ~).
@@ -262,3 +268,26 @@ def client_from_url(from_url: Callable[..., _Client], url: str, **kwargs: Any) -
             f"invalid Redis URL {safe_url(url)}: expected redis://[[user]:password@]host"
             "[:port][/db], rediss://... or unix:///path/to/socket"
         ) from None
+
+
+def queue_manifest_and_meta(pipe: Any, keys: Keys, kb: str, version: str) -> None:
+    """Queue the reads of a version's manifest (at most MANIFEST_MAX_BYTES of it) and meta."""
+    pipe.strlen(keys.manifest(kb, version))
+    pipe.getrange(keys.manifest(kb, version), 0, MANIFEST_MAX_BYTES)
+    pipe.hgetall(keys.meta(kb, version))
+
+
+def manifest_and_meta(
+    replies: Sequence[Any], kb: str, version: str
+) -> tuple[bytes, dict[str, str]]:
+    """The manifest bytes and meta from :func:`queue_manifest_and_meta`'s replies; a manifest
+    past the bound is refused before it is fetched whole (a value may hold 512 MB)."""
+    size, manifest_bytes, raw_meta = replies
+    if not size or not raw_meta:
+        raise ArtifactCorrupt(f"version {version} of KB {kb!r} has no manifest")
+    if int(size) > MANIFEST_MAX_BYTES:
+        raise ArtifactCorrupt(
+            f"version {version} of KB {kb!r}: its manifest has {size} bytes, "
+            f"at most {MANIFEST_MAX_BYTES} can be valid"
+        )
+    return bytes(manifest_bytes), {text(a): text(b) for a, b in raw_meta.items()}

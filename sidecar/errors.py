@@ -12,6 +12,8 @@
     ├── StreamHalted                a batch could not be scored or delivered: the worker stops
     └── ExplainError                rule mining failed
         └── BlackBoxError           the LLM endpoint failed after its retries (retryable)
+            └── BlackBoxRefused     the endpoint refused the request (HTTP 4xx: a wrong
+                                    key, model or URL; not retryable)
 
 Model-store failures keep their own tree (``model_store.ModelStoreError``) because the
 store package is a leaf that imports nothing from ``sidecar``.
@@ -70,3 +72,10 @@ class BlackBoxError(ExplainError):
     """The black-box LLM failed after retries."""
 
     retryable = True
+
+
+class BlackBoxRefused(BlackBoxError):
+    """The LLM endpoint refused the request itself (HTTP 401, 403, 404, 422, ...): the
+    same request would be refused again."""
+
+    retryable = False

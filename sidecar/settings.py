@@ -306,6 +306,23 @@ class ExplainSettings(_Section):
     def _key_not_blank(cls, v: SecretStr | None) -> SecretStr | None:
         return _not_blank(v, "explain.api_key", "unset it for an endpoint without one")
 
+    @field_validator("base_url")
+    @classmethod
+    def _url_with_a_host(cls, v: str) -> str:
+        # Refused here, not at the first request: httpx's InvalidURL was a traceback, and a
+        # URL without a host was retried as if the endpoint were down.
+        import urllib.parse
+
+        try:
+            parts = urllib.parse.urlsplit(v)
+            host = parts.hostname
+            parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+        except ValueError as exc:
+            raise ValueError(f"explain.base_url {v!r} is not a URL: {exc}") from None
+        if parts.scheme not in ("http", "https") or not host:
+            raise ValueError(f"explain.base_url must be http(s)://HOST[:PORT]/..., got {v!r}")
+        return v
+
 
 class LogSettings(_Section):
     """Logging of every ``sidecar`` command; ``--log-level`` / ``--log-json`` override."""

@@ -225,6 +225,8 @@ def bench_rules_command(**o: Any) -> None:
 
     # --- HotpotQA, real LLM ----------------------------------------------------------
     if o["llm_questions"]:
+        # What is done so far is kept should the slow phase fail (a lost endpoint).
+        _write(o["json_out"], {**report, "hotpotqa": hotpot})
         black_box: BlackBox
         if explain_settings is not None:
             black_box = ChatCompletionsClient(explain_settings)

@@ -116,6 +116,10 @@ def explain_command(**opts: Any) -> None:
     }
     settings = load_settings(explain=overrides)
     es = settings.explain
+    if opts["json_out"]:
+        from sidecar.cli._options import check_output_file
+
+        check_output_file(opts["json_out"], "--json")  # before the black-box calls
     sources = load_sources(opts["sources_path"])
     if len(sources) > es.max_sources:
         from sidecar.errors import ConfigError
@@ -167,6 +171,13 @@ def explain_command(**opts: Any) -> None:
             },
             "sources": [{"id": s.id, "snippet": s.snippet()} for s in sources],
         }
+        if isinstance(black_box, ChatCompletionsClient):
+            # stats.calls counts answers used (subsets x votes); what reached the endpoint
+            # differs: a judge predicate asks once more per answer, the disk cache not at all.
+            doc["endpoint"] = {
+                "requests_sent": black_box.requests_sent,
+                "cache_hits": black_box.cache_hits,
+            }
         out: Path = opts["json_out"]
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")

@@ -28,7 +28,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
-from sidecar.errors import BlackBoxError, ConfigError
+from sidecar.errors import BlackBoxError, BlackBoxRefused, ConfigError
 from sidecar.explain._prompt import Messages
 from sidecar.settings import ExplainSettings
 
@@ -196,7 +196,7 @@ class ChatCompletionsClient:
                 f"HTTP {resp.status_code}", parse_retry_after(resp.headers.get("retry-after"))
             )
         if resp.status_code >= 400:
-            raise BlackBoxError(f"{self._url}: HTTP {resp.status_code}: {resp.text[:200]}")
+            raise BlackBoxRefused(f"{self._url}: HTTP {resp.status_code}: {resp.text[:200]}")
         try:
             doc = resp.json()
             content = doc["choices"][0]["message"]["content"]

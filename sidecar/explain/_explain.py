@@ -122,7 +122,10 @@ async def explain(
 
     async def sample(mask: int, i: int) -> bool:
         answer = await black_box.complete(build_messages(query, srcs, mask), seed=seed + i)
-        answers.setdefault(mask, []).append(answer)
+        votes_of = answers.setdefault(mask, [])
+        # By vote, not by which call finished first: answer_all_sources is vote 0's.
+        votes_of.extend([""] * (i + 1 - len(votes_of)))
+        votes_of[i] = answer
         return await predicate(answer)
 
     evaluator = SubsetEvaluator(

@@ -2,7 +2,8 @@
 
 A spec string names one (the CLI's ``--predicate`` and the stream's ``"predicate"``)::
 
-    contains:Paris                 the answer contains "Paris" (case-insensitive)
+    contains:Paris                 the answer contains the word(s) "Paris", in order
+                                   (case, punctuation, accents' forms and articles ignored)
     regex:\\bParis\\b                re.search on the answer
     equals:Paris                   normalised answer == normalised reference
     similar:0.8:Paris is the capital   cosine(embed(answer), embed(reference)) >= 0.8
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-import string
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
     from sidecar.scoring._encoder import Encoder
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
-_PUNCT = str.maketrans("", "", string.punctuation)
 
 
 class Predicate(Protocol):
@@ -39,9 +39,12 @@ class Predicate(Protocol):
 
 
 def normalise(text: str) -> str:
-    """Lowercase, drop punctuation and articles, collapse whitespace (SQuAD style)."""
-    text = _ARTICLES.sub(" ", text.lower().translate(_PUNCT))
-    return " ".join(text.split())
+    """SQuAD-style, beyond ASCII: compatible forms (NFKC: full-width letters, composed
+    accents), case folded, punctuation of any script dropped ("don’t" -> "dont",
+    "«Paris»" -> "paris"), articles dropped, whitespace collapsed."""
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    kept = "".join(c for c in folded if not unicodedata.category(c).startswith("P"))
+    return " ".join(_ARTICLES.sub(" ", kept).split())
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,9 @@ class Contains:
         return f"contains:{self.text}"
 
     async def __call__(self, answer: str) -> bool:
-        return " ".join(self.text.lower().split()) in " ".join(answer.lower().split())
+        # Whole words: the gold answer "no" is not in "not", "know" or "I cannot tell".
+        needle = normalise(self.text)
+        return bool(needle) and f" {needle} " in f" {normalise(answer)} "
 
 
 @dataclass(frozen=True)
@@ -153,7 +158,7 @@ class Judge:
             },
         ]
         reply = await self.black_box.complete(messages, seed=self.seed)
-        return normalise(reply).startswith("yes")
+        return normalise(reply).split()[:1] == ["yes"]  # "Yesterday" is no yes
 
 
 @dataclass(frozen=True)
@@ -185,7 +190,7 @@ def parse_predicate(
     """
     kind, sep, arg = spec.partition(":")
     kind = kind.strip().lower()
-    if not sep or (kind != "not" and not arg):
+    if not sep or (kind != "not" and not arg.strip()):
         raise ConfigError(f"predicate {spec!r} must look like KIND:ARGUMENT (e.g. contains:Paris)")
     if kind == "not":
         return Not(

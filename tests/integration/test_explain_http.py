@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from sidecar.errors import BlackBoxError
+from sidecar.errors import BlackBoxError, BlackBoxRefused
 from sidecar.explain import (
     ChatCompletionsClient,
     FakeChatLLM,
@@ -152,9 +152,10 @@ def test_black_box_error_after_retries_and_no_retry_on_404() -> None:
             finally:
                 await bad.aclose()
 
-        with pytest.raises(BlackBoxError, match="404"):
+        with pytest.raises(BlackBoxRefused, match="404") as refused:
             _run(ask_once())
         assert bad.requests_sent == 1  # a 4xx other than 408/409/429 is not retried
+        assert not refused.value.retryable  # nor does the CLI say retrying may help
 
 
 def test_disk_cache_resumes_without_asking_again(tmp_path: Path) -> None:

@@ -122,6 +122,29 @@ def test_explain_bad_source_line_names_the_file_and_line(
         sources_from_records([{"id": "x"}])
 
 
+@pytest.mark.parametrize("url", ["http://[::1", "http://", "http://host:port/v1"])
+def test_explain_a_base_url_that_is_no_url_is_one_line(
+    url: str, tmp_path: Path, one_error_line: Callable[[Result], str]
+) -> None:
+    src = tmp_path / "s.jsonl"
+    src.write_text('{"id": "a", "text": "one"}\n')
+    args = ["explain", "-q", "x", "--sources", str(src), "-p", "contains:P", "--base-url", url]
+    line = one_error_line(_invoke(*args))
+    assert "explain.base_url" in line and "retrying" not in line
+
+
+def test_explain_json_that_cannot_be_written_is_refused_before_any_call(
+    tmp_path: Path, one_error_line: Callable[[Result], str]
+) -> None:
+    # The endpoint does not exist: a call would fail with another message, after retries.
+    src = tmp_path / "s.jsonl"
+    src.write_text('{"id": "a", "text": "one"}\n')
+    args = ["explain", "-q", "x", "--sources", str(src), "-p", "contains:P"]
+    args += ["--base-url", "http://127.0.0.1:9/v1", "--json", str(tmp_path)]
+    line = one_error_line(_invoke(*args))
+    assert f"--json {tmp_path} is a directory" in line
+
+
 # -- score and models: paths ---------------------------------------------------------------
 
 

@@ -8,6 +8,7 @@ import json
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -102,14 +103,48 @@ def test_predicates() -> None:
     assert not _check("equals:Eiffel", "Eiffel Tower")
     assert _check("not:contains:Paris", "Lyon")
     assert ex.parse_predicate("not:equals:x").spec == "not:equals:x"
+    # contains: whole words; the gold answer "no" is not in "not", "know" or "cannot"
+    assert _check("contains:no", "No, they are not.")
+    for answer in ("I cannot tell.", "It is not.", "I don't know"):
+        assert not _check("contains:no", answer)
+    assert _check("contains:New York", "in new york, 1999")
+    assert not _check("contains:York", "Yorkshire")
+    # equals: beyond ASCII (curly quotes, guillemets, full-width letters, composed forms)
+    assert _check("equals:don't", "Don\u2019t")
+    assert _check("equals:Paris", "\u00abParis\u00bb\u3002")
+    assert _check("equals:ABC", "\uff21\uff22\uff23")
+    assert _check("equals:Caf\u00e9", "Cafe\u0301")
+    assert _check("equals:strasse", "Stra\u00dfe")
 
 
 def test_bad_predicate_specs_are_config_errors() -> None:
-    for spec in ("contains", "contains:", "nope:x", "regex:(", "similar:x:ref", "similar:0.5"):
+    bad = ("contains", "contains:", "contains:  ", "nope:x", "regex:(", "similar:x:ref")
+    for spec in (*bad, "similar:0.5"):
         with pytest.raises(ConfigError):
             ex.parse_predicate(spec)
     with pytest.raises(ConfigError, match="judge"):
         ex.parse_predicate("judge:is it wrong?")
+
+
+def test_the_judge_takes_only_a_first_word_yes() -> None:
+    class Replies:  # the project's BlackBox protocol, replying from a script
+        name = "scripted"
+
+        def __init__(self, reply: str) -> None:
+            self.reply = reply
+
+        async def complete(self, messages: Any, *, seed: int) -> str:
+            return self.reply
+
+        async def aclose(self) -> None:
+            pass
+
+    def judged(reply: str) -> bool:
+        pred = ex.parse_predicate("judge:Is it a refusal?", black_box=Replies(reply))
+        return asyncio.run(pred("I cannot help with that."))
+
+    assert judged("Yes.") and judged("yes, it is")
+    assert not judged("Yesterday it would have been.") and not judged("No")
 
 
 class _TinyEncoder:
@@ -135,6 +170,23 @@ def test_similarity_predicate_uses_the_encoder_lazily() -> None:
     assert asyncio.run(pred("paris paris"))
     assert not asyncio.run(pred("lyon"))
     assert built == [1]
+
+
+def test_the_reported_answer_is_vote_zeros_whichever_vote_finished_first() -> None:
+    class Slow:  # the project's BlackBox protocol: the base seed's answer comes last
+        name = "slow"
+
+        async def complete(self, messages: Any, *, seed: int) -> str:
+            await asyncio.sleep(0.02 * (3 - seed))
+            return f"answer of vote {seed}"
+
+        async def aclose(self) -> None:
+            pass
+
+    sources = [ex.Source("a", "alpha"), ex.Source("b", "beta")]
+    pred = ex.parse_predicate("contains:answer")
+    result = asyncio.run(ex.explain("q", sources, pred, Slow(), votes=3, concurrency=3))
+    assert result.to_dict()["answer_all_sources"] == "answer of vote 0"
 
 
 def test_majority_vote_and_seeded_ties_never_resample_cached_subsets() -> None:

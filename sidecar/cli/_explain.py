@@ -114,6 +114,10 @@ def explain_command(**opts: Any) -> None:
         for k in ("base_url", "model", "votes", "concurrency", "max_tokens", "seed", "cache_dir")
         if opts[k] is not None
     }
+    if not opts["query"].strip():
+        from sidecar.errors import ConfigError
+
+        raise ConfigError("--query is empty: give the question the answer was for")
     settings = load_settings(explain=overrides)
     es = settings.explain
     if opts["json_out"]:

@@ -133,6 +133,15 @@ def test_explain_a_base_url_that_is_no_url_is_one_line(
     assert "explain.base_url" in line and "retrying" not in line
 
 
+def test_explain_an_empty_query_is_one_line(
+    tmp_path: Path, one_error_line: Callable[[Result], str]
+) -> None:
+    src = tmp_path / "s.jsonl"
+    src.write_text('{"id": "a", "text": "one"}\n')
+    line = one_error_line(_invoke("explain", "-q", "  ", "--sources", str(src), "-p", "contains:P"))
+    assert "--query is empty" in line  # as the explain agent refuses one
+
+
 def test_explain_json_that_cannot_be_written_is_refused_before_any_call(
     tmp_path: Path, one_error_line: Callable[[Result], str]
 ) -> None:

@@ -56,6 +56,8 @@ log = logging.getLogger(__name__)
 
 META_FILE = "meta.json"
 _TMP = ".tmp-"
+# A temporary directory this old is a leftover of an interrupted put() or gc.
+_LEFTOVER_AGE_S = 3600.0
 
 
 def _write_synced(path: Path, data: bytes) -> None:
@@ -352,6 +354,7 @@ class DirectoryStore:
                 os.rename(vdir, grave)
                 shutil.rmtree(grave, ignore_errors=True)
                 deleted.append(version)
+            self._sweep_leftovers(d / "versions")
             if deleted:
                 # Removing entries can leave equal neighbours (C B A B without A is C B B);
                 # keep one of each run so that every rollback changes the version.
@@ -364,6 +367,19 @@ class DirectoryStore:
         if deleted:
             log.info("gc removed %d versions of KB %s", len(deleted), kb)
         return deleted
+
+    @staticmethod
+    def _sweep_leftovers(versions: Path) -> None:
+        """Remove what an interrupted put() or gc left behind: a ``.tmp-`` directory an
+        hour old (puts write under the KB's lock, which gc holds; the hour is a margin)."""
+        cutoff = time.time() - _LEFTOVER_AGE_S
+        for p in versions.glob(f"{_TMP}*"):
+            try:
+                if p.is_dir() and p.stat().st_mtime < cutoff:
+                    shutil.rmtree(p, ignore_errors=True)
+                    log.info("gc removed the leftover %s", p)
+            except OSError:
+                continue
 
     def close(self) -> None:
         """Nothing to release (present for the protocol)."""

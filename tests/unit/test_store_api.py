@@ -231,3 +231,19 @@ async def test_directory_watch_reads_the_event_log_only_when_it_changed(tmp_path
     store.promote("kb", version)
     (event,) = await watcher.wait_events({"kb": "0"}, 1.0)
     assert event.version == version and len(reads) == 2
+
+
+def test_directory_gc_sweeps_what_an_interrupted_put_left(tmp_path) -> None:
+    import os
+    import time
+
+    store, _, _ = _stored(tmp_path)
+    versions = tmp_path / "store" / "kb" / "versions"
+    stale, fresh = versions / ".tmp-0123.abc", versions / ".tmp-4567.def"
+    for d in (stale, fresh):
+        d.mkdir()
+        (d / "arrays.npz").write_bytes(b"half")
+    hours_ago = time.time() - 7200
+    os.utime(stale, (hours_ago, hours_ago))
+    assert store.gc("kb") == []  # no version to delete, but the leftover goes
+    assert not stale.exists() and fresh.exists()

@@ -40,6 +40,7 @@ from model_store._redis_common import (
 )
 from model_store._store import (
     HISTORY_MAX,
+    MAX_CHUNKS,
     MIN_CHUNK_BYTES,
     StoreEvent,
     VersionInfo,
@@ -125,6 +126,11 @@ class RedisStore:
                 return version
             manifest_bytes, arrays_bytes = encode(artifact.signed(self.hmac_key))
             chunks = split_chunks(arrays_bytes, self.chunk_bytes)
+            if len(chunks) > MAX_CHUNKS:
+                raise ValueError(
+                    f"{len(arrays_bytes)} bytes make {len(chunks)} chunks of {self.chunk_bytes}; "
+                    f"at most {MAX_CHUNKS}: raise chunk_bytes"
+                )
             pipe = self.client.pipeline(transaction=False)
             for i, chunk in enumerate(chunks):
                 pipe.set(k.chunk(kb, version, i), chunk)
@@ -278,7 +284,7 @@ class RedisStore:
             for version in listed[: max(0, len(listed) - self.retention)]:
                 keys = [k.versions(kb), k.active(kb), k.history(kb)]
                 keys += [k.manifest(kb, version), k.meta(kb, version)]
-                if self._unlist(keys=keys, args=[version, k.chunks(kb, version)]):
+                if self._unlist(keys=keys, args=[version, k.chunks(kb, version), MAX_CHUNKS]):
                     deleted.append(version)
         if deleted:
             log.info("gc removed %d versions of KB %s", len(deleted), kb)

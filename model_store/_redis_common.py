@@ -92,7 +92,9 @@ return {'ok', prev, cur, id}
 # listed it again) would be left listed without its data.
 # KEYS[1] versions zset, KEYS[2] active pointer, KEYS[3] history list (newest first),
 # KEYS[4] manifest, KEYS[5] meta hash of the version
-# ARGV[1] version to unlist, ARGV[2] its chunk key without the index ('...:chunk:')
+# ARGV[1] version to unlist, ARGV[2] its chunk key without the index ('...:chunk:'),
+# ARGV[3] the most chunks a version has (the meta hash is unsigned: a count rewritten to
+# 1e12 or inf would hold Redis in an unkillable loop)
 # Returns 1 when unlisted and deleted, 0 when protected.
 UNLIST_LUA = """
 if redis.call('GET', KEYS[2]) == ARGV[1] then return 0 end
@@ -113,6 +115,8 @@ if #kept ~= #h then
     if #kept > 0 then redis.call('RPUSH', KEYS[3], unpack(kept)) end
 end
 local chunks = tonumber(redis.call('HGET', KEYS[5], 'chunks')) or 0
+local most = tonumber(ARGV[3])
+if chunks ~= chunks or chunks > most then chunks = most end
 for i = 0, chunks - 1 do redis.call('DEL', ARGV[2] .. i) end
 redis.call('DEL', KEYS[4], KEYS[5])
 return 1

@@ -60,6 +60,8 @@ def previous_in(history: Sequence[str]) -> str | None:
 
 # The smallest chunk a Redis store writes (its chunk_bytes); the settings' floor is 64 KiB.
 MIN_CHUNK_BYTES = 1024
+# The most chunks of one version (256 GiB at the default 4 MiB): bounds every loop over them.
+MAX_CHUNKS = 65536
 
 
 def _meta_int(meta: Mapping[str, Any], key: str, where: str) -> int:
@@ -85,7 +87,7 @@ def stored_chunks(
         )
     # A writer's chunks hold at least MIN_CHUNK_BYTES each (but the last): a count past
     # that would only make the reader queue one command per chunk before refusing it.
-    if not 1 <= chunks <= max(1, -(-size // MIN_CHUNK_BYTES)):
+    if not 1 <= chunks <= min(MAX_CHUNKS, max(1, -(-size // MIN_CHUNK_BYTES))):
         raise ArtifactCorrupt(f"{where}: {chunks} chunks cannot hold {size} bytes")
     return chunks
 

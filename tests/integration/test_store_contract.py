@@ -247,6 +247,27 @@ def test_gc_and_a_put_of_the_same_content_leave_a_whole_version(
         other.close()
 
 
+def test_redis_gc_deletes_no_more_chunks_than_a_version_can_have(
+    redis_server: EmbeddedRedis,
+) -> None:
+    # The meta hash is unsigned: a chunk count rewritten to 1e6 (or inf) made gc's script
+    # loop that often inside Redis, where no client could be served and SCRIPT KILL fails.
+    from model_store._store import MAX_CHUNKS
+
+    store = RedisStore(redis_server.url, prefix="t", retention=0)
+    try:
+        version = store.put(make_artifact(1))
+        store.client.hset(store.keys.meta(KB, version), "chunks", "1e6")
+        store.client.config_resetstat()
+        assert store.gc(KB) == [version]
+        stats = store.client.info("commandstats")
+        # DELs issued from the script count as DEL calls
+        assert stats["cmdstat_del"]["calls"] <= MAX_CHUNKS + 2
+        assert not list(store.client.scan_iter(f"t:kb:{KB}:v:{version}:*"))
+    finally:
+        store.close()
+
+
 def test_corrupt_bytes_are_refused(make_store: StoreFactory) -> None:
     store = make_store()
     version = store.put(make_artifact(1))

@@ -279,14 +279,25 @@ class ModelWatcher:
     async def sync(self, kbs: Sequence[str] | None = None) -> None:
         """Compare active pointers with the holder and swap where they differ.
 
-        Raises :class:`StoreUnavailable` when the store cannot be reached.
+        Raises :class:`StoreUnavailable` when the store cannot be reached. Another store
+        error for one KB (a refused command, an unreadable pointer file) does not keep the
+        KBs after it from their swaps: it is raised once every KB was tried.
         """
         if self._lock is None:
             self._lock = asyncio.Lock()
+        failed: Exception | None = None
         async with self._lock:
             for kb in kbs if kbs is not None else self.holder.kbs:
-                await self._sync_kb(kb)
+                try:
+                    await self._sync_kb(kb)
+                except StoreUnavailable:
+                    raise
+                except Exception as exc:
+                    log.warning("KB %s: the store failed: %s", kb, exc)
+                    failed = failed or exc
         self._store_up()
+        if failed is not None:
+            raise failed
 
     # -- internals ------------------------------------------------------------------------
 
@@ -367,15 +378,17 @@ class ModelWatcher:
     async def _resubscribe(self) -> None:
         """(Re)connect: note where each stream ends, then sync every KB.
 
-        The cursors are kept only once the sync succeeded: until then the event loop
-        finds none and tries again, rather than waiting on events while nothing is
-        loaded. Events that land during the sync are read afterwards from the cursors.
+        A store outage during the sync drops the cursors again, so that the event loop
+        resubscribes and syncs at once rather than wait on events while nothing is
+        loaded; events that land during the sync are read afterwards from the cursors.
         """
-        self._after = None
-        after = {kb: await self.store.last_event_id(kb) for kb in self.holder.kbs}
+        self._after = {kb: await self.store.last_event_id(kb) for kb in self.holder.kbs}
         self._rejected.clear()
-        await self.sync()
-        self._after = after
+        try:
+            await self.sync()
+        except StoreUnavailable:
+            self._after = None
+            raise
 
     async def _event_loop(self) -> None:
         backoff = 0.05

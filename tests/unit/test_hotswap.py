@@ -261,6 +261,28 @@ async def test_a_rollback_during_a_load_keeps_the_loading_version_out() -> None:
         await w.stop()
 
 
+async def test_a_kb_the_store_fails_for_does_not_hold_up_the_others() -> None:
+    # One KB's pointer cannot be read (a refused command, an unreadable state file): the
+    # KB served after it used to get neither its first load nor its swaps.
+    class OneBroken(FakeStore):
+        async def active(self, kb: str) -> str | None:
+            if kb == "broken":
+                raise ModelStoreError("WRONGTYPE Operation against a key")
+            return await super().active(kb)
+
+    store, holder = OneBroken(), ModelHolder(["broken", "kb"])
+    first, second = artifact(1), artifact(2)
+    store.promote(first)
+    w = watcher(store, holder)
+    await w.start()
+    try:
+        assert holder.get("kb").version == first.version  # type: ignore[union-attr]
+        store.promote(second)
+        await holder.wait_for(lambda h: h.get("kb").version == second.version, 5)
+    finally:
+        await w.stop()
+
+
 async def test_watcher_keeps_trying_after_another_store_error_at_start() -> None:
     # Not "unreachable" but a refused command (e.g. Redis NOPERM): the loops must still
     # start, or no model would ever load.

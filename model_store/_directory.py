@@ -424,8 +424,12 @@ class AsyncDirectoryStore:
                 mark = (await asyncio.to_thread(self.store.events_mark, kb), last)
                 if self._read_at.get(kb) == mark:
                     continue
-                self._read_at[kb] = mark
-                found.extend(await asyncio.to_thread(self.store.events, kb, last))
+                new = await asyncio.to_thread(self.store.events, kb, last)
+                if new:  # asked again from the same cursor, they are found again
+                    self._read_at.pop(kb, None)
+                    found.extend(new)
+                else:  # marked only once a read succeeded and found nothing
+                    self._read_at[kb] = mark
             remaining = deadline - time.monotonic()
             if found or remaining <= 0:
                 return found

@@ -311,16 +311,17 @@ class ExplainSettings(_Section):
     def _url_with_a_host(cls, v: str) -> str:
         # Refused here, not at the first request: httpx's InvalidURL was a traceback, and a
         # URL without a host was retried as if the endpoint were down.
-        import urllib.parse
+        # The string as given, parsed as the client will parse it.
+        import httpx
 
-        try:
-            parts = urllib.parse.urlsplit(v)
-            host = parts.hostname
-            parts.port  # noqa: B018 - raises ValueError for a port that is not a number
-        except ValueError as exc:
-            raise ValueError(f"explain.base_url {v!r} is not a URL: {exc}") from None
-        if parts.scheme not in ("http", "https") or not host:
+        if not v.startswith(("http://", "https://")) or any(c.isspace() for c in v):
             raise ValueError(f"explain.base_url must be http(s)://HOST[:PORT]/..., got {v!r}")
+        try:
+            host = httpx.URL(v).host
+        except httpx.InvalidURL as exc:
+            raise ValueError(f"explain.base_url {v!r} is not a URL: {exc}") from None
+        if not host:
+            raise ValueError(f"explain.base_url {v!r} names no host")
         return v
 
 

@@ -38,13 +38,20 @@ class Predicate(Protocol):
     async def __call__(self, answer: str) -> bool: ...
 
 
-def normalise(text: str) -> str:
+def normalise(text: str, *, punctuation: str = "") -> str:
     """SQuAD-style, beyond ASCII: compatible forms (NFKC: full-width letters, composed
-    accents), case folded, punctuation of any script dropped ("don’t" -> "dont",
-    "«Paris»" -> "paris"), articles dropped, whitespace collapsed."""
+    accents), case folded, punctuation of any script replaced by ``punctuation`` (dropped
+    by default: "don’t" -> "dont", "«Paris»" -> "paris"), articles dropped, whitespace
+    collapsed."""
     folded = unicodedata.normalize("NFKC", text).casefold()
-    kept = "".join(c for c in folded if not unicodedata.category(c).startswith("P"))
+    kept = "".join(punctuation if unicodedata.category(c).startswith("P") else c for c in folded)
     return " ".join(_ARTICLES.sub(" ", kept).split())
+
+
+# Scripts written without spaces between words: a needle in them is matched as text.
+_UNSPACED = re.compile(
+    r"[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u9fff\uf900-\ufaff]"
+)
 
 
 @dataclass(frozen=True)
@@ -57,8 +64,12 @@ class Contains:
 
     async def __call__(self, answer: str) -> bool:
         # Whole words: the gold answer "no" is not in "not", "know" or "I cannot tell".
-        needle = normalise(self.text)
-        return bool(needle) and f" {needle} " in f" {normalise(answer)} "
+        # Punctuation separates words here ("Paris's", "Paris/Lyon", "COVID-19").
+        needle = normalise(self.text, punctuation=" ")
+        hay = normalise(answer, punctuation=" ")
+        if _UNSPACED.search(needle):
+            return needle in hay
+        return f" {needle} " in f" {hay} "
 
 
 @dataclass(frozen=True)
@@ -196,6 +207,9 @@ def parse_predicate(
         return Not(
             parse_predicate(arg, black_box=black_box, encoder_factory=encoder_factory, seed=seed)
         )
+    if kind in ("contains", "equals") and not normalise(arg, punctuation=" "):
+        raise ConfigError(f"predicate {spec!r}: nothing is left of {arg!r} to compare once "
+                          "case, punctuation and articles are set aside")  # fmt: skip
     if kind == "contains":
         return Contains(arg)
     if kind == "regex":

@@ -122,7 +122,9 @@ def test_explain_bad_source_line_names_the_file_and_line(
         sources_from_records([{"id": "x"}])
 
 
-@pytest.mark.parametrize("url", ["http://[::1", "http://", "http://host:port/v1"])
+@pytest.mark.parametrize(
+    "url", ["http://[::1", "http://", "http://host:port/v1", "http://h\t:9/v1", "HTTP://h/v1"]
+)
 def test_explain_a_base_url_that_is_no_url_is_one_line(
     url: str, tmp_path: Path, one_error_line: Callable[[Result], str]
 ) -> None:

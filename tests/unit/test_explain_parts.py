@@ -109,6 +109,11 @@ def test_predicates() -> None:
         assert not _check("contains:no", answer)
     assert _check("contains:New York", "in new york, 1999")
     assert not _check("contains:York", "Yorkshire")
+    # punctuation separates words; scripts without spaces match as text
+    for answer in ("Paris's museums", "Paris/Lyon", "Paris\u2014the capital", "Paris\u2019s"):
+        assert _check("contains:Paris", answer)
+    assert _check("contains:COVID-19", "COVID 19 is a disease")
+    assert _check("contains:\u5df4\u9ece", "\u6cd5\u56fd\u7684\u9996\u90fd\u662f\u5df4\u9ece\u3002")
     # equals: beyond ASCII (curly quotes, guillemets, full-width letters, composed forms)
     assert _check("equals:don't", "Don\u2019t")
     assert _check("equals:Paris", "\u00abParis\u00bb\u3002")
@@ -118,7 +123,8 @@ def test_predicates() -> None:
 
 
 def test_bad_predicate_specs_are_config_errors() -> None:
-    bad = ("contains", "contains:", "contains:  ", "nope:x", "regex:(", "similar:x:ref")
+    bad = ("contains", "contains:", "contains:  ", "contains:A", "contains:?", "equals:the")
+    bad += ("nope:x", "regex:(", "similar:x:ref")
     for spec in (*bad, "similar:0.5"):
         with pytest.raises(ConfigError):
             ex.parse_predicate(spec)

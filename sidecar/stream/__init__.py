@@ -22,7 +22,7 @@ from sidecar.stream._records import (
     parse_query,
 )
 from sidecar.stream._runtime import Runtime
-from sidecar.stream._topics import bootstrap_servers, ensure_topics, sidecar_topics
+from sidecar.stream._topics import bootstrap_servers, ensure_topics, reach_brokers, sidecar_topics
 
 __all__ = [
     "NO_MODEL",
@@ -45,6 +45,7 @@ __all__ = [
     "create_app",
     "ensure_topics",
     "parse_query",
+    "reach_brokers",
     "settings_env",
     "sidecar_topics",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import ssl
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
 from sidecar.errors import BrokerError, ConfigError
@@ -93,6 +93,50 @@ def client_kwargs(settings: Settings) -> dict[str, object]:
     return kw
 
 
+class _HeldRecords(logging.Filter):
+    """Holds back the records of one logger, to be dropped or passed on afterwards."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.records.append(record)
+        return False
+
+
+@contextlib.contextmanager
+def held_client_logs(name: str = "aiokafka") -> Iterator[_HeldRecords]:
+    """Hold back what the Kafka client logs itself while the block runs.
+
+    aiokafka logs an ERROR line per broker it cannot reach before it raises; at start-up
+    the caller's one-line error says the same, so the held lines are passed on only when
+    the block succeeds (a second broker answered after the first refused), and on failure
+    their messages are the caller's to quote.
+    """
+    logger = logging.getLogger(name)
+    held = _HeldRecords()
+    logger.addFilter(held)
+    failed = False
+    try:
+        yield held
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        logger.removeFilter(held)
+        if not failed:
+            for record in held.records:
+                logger.handle(record)
+
+
+def _with_reasons(exc: BaseException, held: _HeldRecords) -> str:
+    """``exc`` followed by the distinct messages the client logged on the way."""
+    reasons = list(dict.fromkeys(r.getMessage() for r in held.records))
+    text = str(exc) or type(exc).__name__
+    return text + (f" ({'; '.join(reasons)})" if reasons else "")
+
+
 def refused_topics(response: Any) -> dict[str, str]:
     """Topic -> reason for every topic a CreateTopics response did not create.
 
@@ -110,6 +154,45 @@ def refused_topics(response: Any) -> dict[str, str]:
     return refused
 
 
+@contextlib.asynccontextmanager
+async def _admin(settings: Settings) -> AsyncIterator[Any]:
+    """A started admin client for ``settings.kafka``, closed on exit.
+
+    Raises
+    ------
+    BrokerError
+        No broker answered; the message names each broker's reason, in one line.
+    """
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.errors import KafkaError
+
+    admin = AIOKafkaAdminClient(**client_kwargs(settings))
+    try:
+        with held_client_logs() as held:
+            try:
+                await admin.start()
+            except (KafkaError, OSError) as exc:
+                why = _with_reasons(exc, held)
+                raise BrokerError(
+                    f"cannot reach the broker at {settings.kafka.brokers}: {why}"
+                ) from exc
+        yield admin
+    finally:
+        await admin.close()
+
+
+async def reach_brokers(settings: Settings) -> None:
+    """Connect to the brokers once and close again (what ``ensure_topics`` does first).
+
+    Raises
+    ------
+    BrokerError
+        No broker answered (retrying may help).
+    """
+    async with _admin(settings):
+        pass
+
+
 async def ensure_topics(settings: Settings, names: Iterable[str] | None = None) -> list[str]:
     """Create missing topics with ``kafka.partitions`` partitions; returns those created.
 
@@ -118,34 +201,31 @@ async def ensure_topics(settings: Settings, names: Iterable[str] | None = None) 
     BrokerError
         The broker could not be reached or refused to create a topic.
     """
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from aiokafka.admin import NewTopic
     from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
     k = settings.kafka
     wanted = list(names) if names is not None else sidecar_topics(settings)
-    admin = AIOKafkaAdminClient(**client_kwargs(settings))
-    try:
-        await admin.start()
-        existing = set(await admin.list_topics())
-        missing = [n for n in wanted if n not in existing]
-        if missing:
-            with contextlib.suppress(TopicAlreadyExistsError):  # another replica was first
-                response = await admin.create_topics(
-                    [NewTopic(n, k.partitions, k.replication_factor) for n in missing]
-                )
-                # The admin client does not raise for a refused topic: the refusal is a
-                # per-topic error code in the response (policy, replication factor, ACL).
-                refused = refused_topics(response)
-                if refused:
-                    raise BrokerError(
-                        f"the broker at {k.brokers} refused to create "
-                        + "; ".join(f"{n!r} ({why})" for n, why in sorted(refused.items()))
+    async with _admin(settings) as admin:
+        try:
+            existing = set(await admin.list_topics())
+            missing = [n for n in wanted if n not in existing]
+            if missing:
+                with contextlib.suppress(TopicAlreadyExistsError):  # another replica was first
+                    response = await admin.create_topics(
+                        [NewTopic(n, k.partitions, k.replication_factor) for n in missing]
                     )
-            log.info("created topics %s with %s partitions", missing, k.partitions)
-        return missing
-    except KafkaError as exc:
-        raise BrokerError(f"cannot create topics on {k.brokers}: {exc}") from exc
-    except OSError as exc:
-        raise BrokerError(f"cannot reach the broker at {k.brokers}: {exc}") from exc
-    finally:
-        await admin.close()
+                    # The admin client does not raise for a refused topic: the refusal is a
+                    # per-topic error code in the response (policy, replication factor, ACL).
+                    refused = refused_topics(response)
+                    if refused:
+                        raise BrokerError(
+                            f"the broker at {k.brokers} refused to create "
+                            + "; ".join(f"{n!r} ({why})" for n, why in sorted(refused.items()))
+                        )
+                log.info("created topics %s with %s partitions", missing, k.partitions)
+            return missing
+        except KafkaError as exc:
+            raise BrokerError(f"cannot create topics on {k.brokers}: {exc}") from exc
+        except OSError as exc:
+            raise BrokerError(f"lost the broker at {k.brokers}: {exc}") from exc

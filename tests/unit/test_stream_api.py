@@ -26,6 +26,7 @@ def test_all_is_pinned() -> None:
             "create_app",
             "ensure_topics",
             "parse_query",
+            "reach_brokers",
             "settings_env",
             "sidecar_topics",
         ]

@@ -134,6 +134,17 @@ def demo(
         finally:
             code = worker.terminate()
             click.echo(f"worker stopped (exit code {code}); broker stopping")
+    if use_redis:
+        click.echo(
+            f"the demo model stays in Redis at {mask_url_password(url)} under the key prefix "
+            "'oodsc-demo': SIDECAR_REDIS__KEY_PREFIX=oodsc-demo sidecar models list"
+            + ("" if redis_url is None else " --redis-url URL")
+        )
+    else:
+        click.echo(
+            f"the demo model stays in {work / 'store'}: "
+            f"sidecar models list --store-dir {work / 'store'}"
+        )
 
 
 def _redis_problem(url: str, settings: Any) -> str | None:

@@ -35,3 +35,13 @@ def test_demo_runs_end_to_end_and_prints_verdicts(tmp_path: Path) -> None:
     assert "worker stopped (exit code 0)" in out
     rows = [line for line in out.splitlines() if line.startswith("demo-")]
     assert len(rows) == 12 and all((" ID " in r) or (" OOD " in r) for r in rows)
+    # The last line says where the published model stayed, as a command that works.
+    store = tmp_path / "store"
+    assert out.splitlines()[-1].endswith(f"sidecar models list --store-dir {store}")
+    listed = subprocess.run(
+        [sys.executable, "-m", "sidecar", "models", "list", "--store-dir", str(store)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert listed.returncode == 0 and "default" in listed.stdout, listed.stderr

@@ -216,10 +216,12 @@ def check_command(**opts: Any) -> None:
 
 def _version_from(path: Path) -> str:
     """The ``version`` of a `sidecar train --stats-json` file."""
+    from sidecar._input_files import input_file
     from sidecar.errors import DataError
 
+    found = input_file(path, "a JSON file", missing=f"--version-from {path}: not found")
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(found.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise DataError(f"{path}: not a JSON file ({exc})") from None
     version = doc.get("version") if isinstance(doc, dict) else None

@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from sidecar._input_files import input_file
 from sidecar.cli._model_inputs import read_model
 from sidecar.cli._models import _store_options, _version_option
 from sidecar.cli._root import main
@@ -115,7 +116,12 @@ def _read_lines(path: Path | None) -> list[bytes]:
     """
     if path is None:
         return []
-    data = sys.stdin.buffer.read() if str(path) == "-" else path.read_bytes()
+    if str(path) == "-":
+        data = sys.stdin.buffer.read()
+    else:
+        data = input_file(
+            path, "a file of queries", missing=f"--file {path}: not found"
+        ).read_bytes()
     out = []
     for n, line in enumerate(data.splitlines(), start=1):
         stripped = line.strip()

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sidecar._input_files import input_file
 from sidecar.errors import DataError
 from sidecar.explain._client import BlackBox
 from sidecar.explain._evaluate import SubsetEvaluator
@@ -146,7 +147,8 @@ def load_hotpot(path: Path, *, limit: int, n_sources: int, skip: int = 0) -> lis
     items: list[HotpotItem] = []
     records = 0
     try:
-        with Path(path).open(encoding="utf-8") as fh:
+        found = input_file(path, "a HotpotQA JSONL file", missing=f"file not found: {path}")
+        with found.open(encoding="utf-8") as fh:
             for k, line in enumerate(fh):
                 if not line.strip():
                     continue

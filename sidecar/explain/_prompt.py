@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sidecar._input_files import input_file
 from sidecar.errors import DataError
 from sidecar.explain._lattice import members
 
@@ -99,11 +100,13 @@ def sources_from_records(
 def load_sources(path: Path) -> list[Source]:
     """Read a UTF-8 JSONL file of sources, one ``{"id": ..., "text": ...}`` object a line.
 
-    A missing or unreadable file raises the ``OSError``; bad content a :class:`DataError`
-    naming the file and the line.
+    A missing path, a directory or a device raises :class:`DataError` naming it, as does
+    bad content (naming the file and the line); a file that cannot be opened, the
+    ``OSError``.
     """
     records, origin = [], []
-    with Path(path).open("rb") as fh:
+    found = input_file(path, "a JSONL file of sources", missing=f"sources file not found: {path}")
+    with found.open("rb") as fh:
         for lineno, raw in enumerate(fh, 1):
             try:
                 line = raw.decode("utf-8")

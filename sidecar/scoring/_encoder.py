@@ -80,11 +80,31 @@ class _UnusableModel(ConfigError):
     """The encoder directory is not a model either backend can load."""
 
 
+def check_device(device: str) -> None:
+    """Raise ConfigError unless torch can place a tensor on ``device`` (``scoring.device``).
+
+    torch refuses a name it does not know with a RuntimeError and a CUDA device on a build
+    without CUDA with an AssertionError, both deep in the model load otherwise.
+    """
+    import torch
+
+    try:
+        if torch.device(device).type == "meta":
+            raise ValueError("a meta tensor holds no data")
+        torch.empty(0, device=device)
+    except (RuntimeError, AssertionError, ValueError, TypeError) as exc:
+        # torch's first sentence says it; the rest lists every backend it was built with.
+        why = (str(exc) or type(exc).__name__).splitlines()[0].split(". ")[0]
+        raise ConfigError(f"scoring.device {device!r} cannot be used here: {why[:200]}") from None
+
+
 def load_sentence_transformer(path: str, device: str | None = "cpu") -> Any:
     """``SentenceTransformer(path)``, a directory it cannot read as a model refused with a
     ConfigError naming it (transformers raises ValueError or OSError for those)."""
     from sentence_transformers import SentenceTransformer
 
+    if device is not None:
+        check_device(device)
     try:
         return SentenceTransformer(path, device=device)
     except (ValueError, OSError) as exc:

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from sidecar._input_files import input_file
 from sidecar.errors import DataError
 from sidecar.training._metrics import METRIC_KEYS
 from sidecar.training._targets import BASELINES, PAPER_DETECTORS, PRODUCT_DETECTOR
@@ -29,7 +30,7 @@ _SPREAD_SHOWN = ("auroc", "balanced_accuracy", "false_reject_rate", "ood_accept_
 
 def read_eval_json(path: str | Path) -> dict[str, Any]:
     """Load a ``sidecar eval`` JSON; :class:`DataError` if it is not one."""
-    p = Path(path)
+    p = input_file(path, "a `sidecar eval` JSON file", missing=f"cannot read {path}: not found")
     try:
         doc = json.loads(p.read_text())
     except OSError as exc:

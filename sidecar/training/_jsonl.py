@@ -13,6 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from sidecar._input_files import input_file
 from sidecar.errors import DataError
 
 DEMO_KB = "demo_kb.jsonl"
@@ -29,10 +30,7 @@ class KBDocument:
 
 
 def _records(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    if path.is_dir():
-        raise DataError(f"{path} is a directory, expected a JSONL file")
-    if not path.is_file():
-        raise DataError(f"file not found: {path}")
+    input_file(path, "a JSONL file", missing=f"file not found: {path}")
     out = []
     with path.open(encoding="utf-8") as fh:
         try:

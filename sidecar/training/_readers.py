@@ -14,13 +14,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from sidecar._input_files import input_file
 from sidecar.errors import DataError
 
 
 def need(path: Path) -> Path:
-    if not path.is_file():
-        raise DataError(f"missing benchmark file: {path}")
-    return path
+    return input_file(path, "a benchmark file", missing=f"missing benchmark file: {path}")
 
 
 @contextmanager

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from sidecar._input_files import input_file
 from sidecar.errors import ConfigError, DataError
 from sidecar.settings import Settings
 from sidecar.training._job import TrainInputs
@@ -130,11 +131,10 @@ def demo_inputs_paths() -> dict[str, Path]:
 
 def load_npy(path: str | Path, what: str) -> np.ndarray:
     """A 2-D float array from ``.npy`` (never pickled objects)."""
-    p = Path(path)
-    if p.is_dir():
-        raise DataError(f"{what}: {p} is a directory, not a .npy file")
-    if not p.is_file():
-        raise DataError(f"{what} file not found: {p}")
+    # Not a pipe: the array is memory-mapped, after a first read of its header.
+    p = input_file(
+        path, f"a .npy file ({what})", missing=f"{what} file not found: {path}", pipes=False
+    )
     with p.open("rb") as f:
         magic = f.read(6)
     if magic != b"\x93NUMPY":  # numpy would call it pickled data (never unpickled here)

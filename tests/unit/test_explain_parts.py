@@ -87,7 +87,7 @@ def test_load_sources_errors_are_data_errors(tmp_path: Path) -> None:
     dup.write_text('{"id": "x", "text": "1"}\n{"id": "x", "text": "2"}\n')
     with pytest.raises(DataError, match="unique"):
         load_sources(dup)
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(DataError, match=r"sources file not found: .*missing\.jsonl"):
         load_sources(tmp_path / "missing.jsonl")
 
 

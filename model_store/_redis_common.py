@@ -254,8 +254,13 @@ def safe_url(url: str) -> str:
     return f"{scheme}{sep}{hidden}{parts.netloc}{parts.path}{'?' if query else ''}{query}"
 
 
+# Query parameter names that may carry a credential (password=, api_key=, token=, sig=...).
+_SECRET_PARAM_WORDS = ("pass", "pwd", "secret", "token", "key", "auth", "credential", "sig")
+
+
 def _is_secret(raw_key: str) -> bool:
-    return "password" in urllib.parse.unquote_plus(raw_key).lower()
+    name = urllib.parse.unquote_plus(raw_key).lower()
+    return any(word in name for word in _SECRET_PARAM_WORDS)
 
 
 _Client = TypeVar("_Client")

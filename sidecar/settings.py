@@ -112,6 +112,21 @@ class KafkaSettings(_Section):
     def _password_not_blank(cls, v: SecretStr | None) -> SecretStr | None:
         return _not_blank(v, "kafka.sasl_password", "unset it without SASL")
 
+    @field_validator("brokers")
+    @classmethod
+    def _brokers_without_credentials(cls, v: str) -> str:
+        # aiokafka reads no credentials from a URL: it would dial "user:pw@host" and put
+        # the password in every connection error. The value is never echoed.
+        parts = [p.strip() for p in v.replace(",", ";").split(";") if p.strip()]
+        if not parts:
+            raise ValueError("kafka.brokers is empty: give kafka://HOST:PORT[;kafka://...]")
+        if any("@" in p for p in parts):
+            raise ValueError(
+                "kafka.brokers must not carry credentials (user:password@): give them as "
+                "kafka.sasl_username and the secret kafka__sasl_password"
+            )
+        return v
+
     @model_validator(mode="after")
     def _sasl_has_credentials(self) -> KafkaSettings:
         # aiokafka would fail deep inside the worker's start with a traceback instead.
@@ -314,14 +329,15 @@ class ExplainSettings(_Section):
         # The string as given, parsed as the client will parse it.
         import httpx
 
+        shown = mask_url_password(v)  # a key may ride in the query (?api_key=...)
         if not v.startswith(("http://", "https://")) or any(c.isspace() for c in v):
-            raise ValueError(f"explain.base_url must be http(s)://HOST[:PORT]/..., got {v!r}")
+            raise ValueError(f"explain.base_url must be http(s)://HOST[:PORT]/..., got {shown!r}")
         try:
             host = httpx.URL(v).host
         except httpx.InvalidURL as exc:
-            raise ValueError(f"explain.base_url {v!r} is not a URL: {exc}") from None
+            raise ValueError(f"explain.base_url {shown!r} is not a URL: {exc}") from None
         if not host:
-            raise ValueError(f"explain.base_url {v!r} names no host")
+            raise ValueError(f"explain.base_url {shown!r} names no host")
         return v
 
 

@@ -38,7 +38,7 @@ def worker(
     from sidecar.stream import create_app, ensure_topics, reach_brokers
 
     overrides: dict[str, dict[str, object]] = {}
-    if brokers:
+    if brokers is not None:  # an empty --brokers is refused, not the default
         overrides["kafka"] = {"brokers": brokers}
     if web_port is not None:
         overrides["web"] = {"port": web_port}

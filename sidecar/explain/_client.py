@@ -126,11 +126,20 @@ class ChatCompletionsClient:
         backoff_s: float | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        from sidecar.settings import mask_url_password
+
         if not settings.base_url.startswith(("http://", "https://")):
-            raise ConfigError(f"explain base_url must be http(s)://..., got {settings.base_url!r}")
+            raise ConfigError(
+                "explain base_url must be http(s)://..., "
+                f"got {mask_url_password(settings.base_url)!r}"
+            )
         self.settings = settings
         self.backoff_s = settings.backoff_s if backoff_s is None else backoff_s
         self._url = settings.base_url.rstrip("/") + "/chat/completions"
+        # What messages name: no credentials or key parameters of the URL.
+        self._shown_url = mask_url_password(self._url)
+        key = settings.api_key.get_secret_value() if settings.api_key is not None else None
+        self._api_key = key
         headers = {"Content-Type": "application/json"}
         if settings.api_key is not None:
             headers["Authorization"] = f"Bearer {settings.api_key.get_secret_value()}"
@@ -178,10 +187,16 @@ class ChatCompletionsClient:
                 backoff = self.backoff_s * 2**attempt * (0.5 + self._jitter.random())
                 wait = min(_MAX_WAIT_S, exc.wait_s if exc.wait_s is not None else backoff)
                 log.info(
-                    "black box: %s; retry %s/%s in %.2f s", last, attempt + 1, attempts - 1, wait
+                    "black box: %s; retry %s/%s in %.2f s",
+                    self._redacted(last),
+                    attempt + 1,
+                    attempts - 1,
+                    wait,
                 )
                 await asyncio.sleep(wait)
-        raise BlackBoxError(f"{self._url}: {last} (after {attempts} attempts)")
+        raise BlackBoxError(
+            f"{self._shown_url}: {self._redacted(last)} (after {attempts} attempts)"
+        )
 
     async def _post_once(self, body: dict[str, Any]) -> str:
         self.requests_sent += 1
@@ -196,7 +211,8 @@ class ChatCompletionsClient:
                 f"HTTP {resp.status_code}", parse_retry_after(resp.headers.get("retry-after"))
             )
         if resp.status_code >= 400:
-            raise BlackBoxRefused(f"{self._url}: HTTP {resp.status_code}: {resp.text[:200]}")
+            body_text = self._redacted(resp.text[:200])
+            raise BlackBoxRefused(f"{self._shown_url}: HTTP {resp.status_code}: {body_text}")
         try:
             doc = resp.json()
             content = doc["choices"][0]["message"]["content"]
@@ -205,6 +221,10 @@ class ChatCompletionsClient:
         if not isinstance(content, str):
             raise _Retryable("response content is not a string")
         return content
+
+    def _redacted(self, text: str) -> str:
+        """``text`` without the API key, should an endpoint echo it back in an error."""
+        return text.replace(self._api_key, "***") if self._api_key else text
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -100,3 +100,10 @@ def test_a_mistyped_secrets_dir_stops_the_worker_in_one_line(
     env["SIDECAR_SECRETS_DIR"] = str(tmp_path / "secrest")
     res = CliRunner(env=env).invoke(main, ["worker", "--brokers", _nowhere()])
     assert "SIDECAR_SECRETS_DIR" in one_error_line(res)
+
+
+def test_an_empty_brokers_option_is_refused_not_the_default(
+    env: dict[str, str | None], one_error_line: Callable[[Result], str]
+) -> None:
+    res = CliRunner(env=env).invoke(main, ["worker", "--brokers", ""])
+    assert "invalid settings: kafka.brokers is empty" in one_error_line(res)

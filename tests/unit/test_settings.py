@@ -303,3 +303,24 @@ def test_the_default_secrets_dir_may_be_missing(
     absent.parent.mkdir(parents=True)
     absent.write_text("")
     assert "is not a directory" in str(_config_error())
+
+
+@pytest.mark.parametrize(
+    ("brokers", "words"),
+    [
+        (f"kafka://svc:{SECRET}@k1:9092", "must not carry credentials"),
+        (f"kafka://k0:9092;kafka://svc:{SECRET}@k1:9092", "must not carry credentials"),
+        ("", "kafka.brokers is empty"),
+        (" ; ", "kafka.brokers is empty"),
+    ],
+)
+def test_brokers_with_credentials_or_none_are_refused_without_the_value(
+    monkeypatch: pytest.MonkeyPatch, brokers: str, words: str
+) -> None:
+    # aiokafka reads no credentials from a URL; it would dial "svc:pw@k1" and print it.
+    monkeypatch.setenv("SIDECAR_KAFKA__BROKERS", brokers)
+    exc = _config_error()
+    assert words in str(exc)
+    _assert_hidden(exc, SECRET)
+    monkeypatch.delenv("SIDECAR_KAFKA__BROKERS")
+    assert load_settings(kafka={"brokers": "kafka://k0:9092;k1:9092"}).kafka.brokers

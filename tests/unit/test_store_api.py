@@ -121,6 +121,9 @@ def test_keys_and_safe_url() -> None:
         ("redis://host/0?password=s3#cret", "redis://host/0?password=***"),
         ("unix://:s3cret@/run/redis.sock?db=0", "unix://***@/run/redis.sock?db=0"),
         ("s3cret@host", "***@host"),
+        # Keys and tokens in a query string (an LLM endpoint's ?api_key=, a signed URL).
+        ("http://h/v1?api_key=s3cret&model=m", "http://h/v1?api_key=***&model=m"),
+        ("http://h/v1?token=s3cret&sig=s3cret", "http://h/v1?token=***&sig=***"),
     ],
 )
 def test_safe_url_hides_every_password(url: str, shown: str) -> None:

@@ -49,6 +49,7 @@ __all__ = [
     "SwappableModel",
     "open_async_store",
     "open_store",
+    "warm_up",
 ]
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,33 @@ class SwappableModel(Protocol):
 
 
 ModelLoader = Callable[[Artifact], SwappableModel]
+
+
+def _check_threshold(model: SwappableModel) -> None:
+    threshold = getattr(model, "threshold", 0.0)
+    if not np.isfinite(threshold):
+        # score > NaN is always False: every query would pass as in-domain.
+        raise ArtifactRejected(f"threshold {threshold!r} is not finite")
+
+
+def warm_up(model: SwappableModel, dim: int) -> None:
+    """Raise ArtifactRejected unless ``model`` can serve: a finite threshold, and finite
+    scores for two probe embeddings of ``dim`` dims.
+
+    One probe touches every coordinate, so a NaN anywhere in the arrays the model
+    multiplies shows; the other is a unit axis. A model that cannot score them would
+    send every query to the dead-letter topic.
+    """
+    _check_threshold(model)
+    probe = np.zeros((2, dim), dtype=np.float32)
+    probe[0] = 1.0 / np.sqrt(dim)
+    probe[1, 0] = 1.0
+    scores = np.asarray(model.score(probe))
+    if scores.shape != (2,) or not np.all(np.isfinite(scores)):
+        raise ArtifactRejected(
+            f"warm-up scores have shape {scores.shape} or are not finite "
+            "(a NaN or infinity in the model's arrays?)"
+        )
 
 
 def _default_loader(artifact: Artifact) -> SwappableModel:
@@ -363,16 +391,10 @@ class ModelWatcher:
         model = (self.loader or _default_loader)(artifact)
         name, dim = str(self.encoder["name"]), int(self.encoder["dim"])
         model.check_encoder(name, dim)
-        threshold = getattr(model, "threshold", 0.0)
-        if not np.isfinite(threshold):
-            # score > NaN is always False: every query would pass as in-domain.
-            raise ArtifactRejected(f"threshold {threshold!r} is not finite")
         if self.warmup:
-            probe = np.zeros((1, dim), dtype=np.float32)
-            probe[0, 0] = 1.0
-            scores = np.asarray(model.score(probe))
-            if scores.shape != (1,) or not np.all(np.isfinite(scores)):
-                raise ArtifactRejected(f"warm-up score has shape {scores.shape} or is not finite")
+            warm_up(model, dim)
+        else:
+            _check_threshold(model)
         return model
 
     async def _resubscribe(self) -> None:

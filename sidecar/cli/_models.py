@@ -113,12 +113,14 @@ def _check_loadable(artifact: Artifact, *, refused: str) -> None:
     sense; a version no worker can load must never become active. ``refused`` says what
     did not happen ("nothing was imported").
     """
-    from model_store import IncompatibleArtifact
+    from model_store import ArtifactRejected, IncompatibleArtifact
+    from sidecar.hotswap import warm_up
     from sidecar.scoring import OODModel  # numpy and scikit-learn; only when needed
 
     try:
-        OODModel.from_artifact(artifact)
-    except IncompatibleArtifact as exc:
+        model = OODModel.from_artifact(artifact)
+        warm_up(model, int(model.encoder["dim"]))  # what a worker checks before it swaps
+    except ArtifactRejected as exc:
         raise IncompatibleArtifact(
             f"{artifact.kb}/{artifact.version} is not a loadable model: {exc}; {refused}"
         ) from exc

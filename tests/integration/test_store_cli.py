@@ -212,6 +212,10 @@ def _broken(model: dict[str, Any], arrays: dict[str, np.ndarray], what: str) -> 
     if what == "threshold":
         model["threshold"] = "abc"
         return "'abc'"
+    if what == "nan-array":  # loads, but every query would be a scoring failure
+        arrays["subspace.components"] = arrays["subspace.components"].copy()
+        arrays["subspace.components"][0, -1] = np.nan
+        return "not finite"
     arrays["detector.coef"] = arrays["detector.coef"][:1]  # 1 weight for 2 features
     return "malformed"
 
@@ -231,7 +235,7 @@ def _store(where: list[str]) -> ModelStore:
     return DirectoryStore(Path(value)) if flag == "--store-dir" else RedisStore(value)
 
 
-@pytest.mark.parametrize("what", ["kind", "threshold", "short-array"])
+@pytest.mark.parametrize("what", ["kind", "threshold", "short-array", "nan-array"])
 def test_an_unloadable_model_is_neither_imported_nor_promoted(
     tmp_path: Path, where: list[str], what: str, one_error_line: Callable[[Result], str]
 ) -> None:

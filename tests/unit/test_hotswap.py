@@ -126,6 +126,7 @@ def test_public_names_are_pinned() -> None:
         "SwappableModel",
         "open_async_store",
         "open_store",
+        "warm_up",
     ]
 
 

@@ -23,6 +23,7 @@ from model_store._errors import (
     InvalidName,
     ModelStoreError,
     SignatureInvalid,
+    StoreAccessDenied,
     StoreMisconfigured,
     StoreUnavailable,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "ModelStoreError",
     "RedisStore",
     "SignatureInvalid",
+    "StoreAccessDenied",
     "StoreEvent",
     "StoreMisconfigured",
     "StoreUnavailable",

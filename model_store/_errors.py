@@ -4,6 +4,7 @@
 
     ModelStoreError                 root; ``retryable`` says whether trying again can help
     ├── StoreUnavailable            the backend cannot be reached (retryable)
+    │   └── StoreAccessDenied       it answered but refused the credentials
     ├── ArtifactNotFound            no such KB, version or pointer
     ├── InvalidName                 a KB or version id that cannot be a key or a file name
     ├── StoreMisconfigured          the store's settings cannot work (e.g. a bad Redis URL)
@@ -28,6 +29,16 @@ class StoreUnavailable(ModelStoreError):
     """The backing store (Redis, a directory) cannot be reached right now."""
 
     retryable = True
+
+
+class StoreAccessDenied(StoreUnavailable):
+    """The store answered but refused the credentials (a wrong or missing password).
+
+    Trying again with the same settings does not help; a running worker still treats it
+    as an outage and keeps reconnecting, so a rotated secret takes effect without a restart.
+    """
+
+    retryable = False
 
 
 class ArtifactNotFound(ModelStoreError):

@@ -26,6 +26,7 @@ from model_store._artifact import MANIFEST_MAX_BYTES
 from model_store._errors import (
     ArtifactCorrupt,
     ModelStoreError,
+    StoreAccessDenied,
     StoreMisconfigured,
     StoreUnavailable,
 )
@@ -224,6 +225,11 @@ def translate_errors(url: str) -> Iterator[None]:
     """Turn redis-py errors into the store's own (works around ``await`` too)."""
     try:
         yield
+    except (redis.exceptions.AuthenticationError, redis.exceptions.AuthorizationError) as exc:
+        said = str(exc)
+        if "HELLO must be called" in said or "NOAUTH" in said:
+            said = "it needs a password (redis.password, or the secret file redis__password)"
+        raise StoreAccessDenied(f"Redis at {url} refused the credentials: {said}") from exc
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
         raise StoreUnavailable(f"Redis at {url} is unreachable: {exc}") from exc
     except redis.exceptions.RedisError as exc:

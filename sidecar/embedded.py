@@ -109,9 +109,11 @@ class EmbeddedBroker:
 
 @dataclass
 class EmbeddedRedis:
-    """A private ``redis-server`` on a free port with a throw-away directory."""
+    """A private ``redis-server`` on a free port with a throw-away directory; ``args`` are
+    passed on to it (e.g. ``("--requirepass", pw)``)."""
 
     port: int = 0
+    args: tuple[str, ...] = ()
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _tmp: tempfile.TemporaryDirectory[str] | None = field(default=None, repr=False)
 
@@ -139,6 +141,7 @@ class EmbeddedRedis:
                 "no",
                 "--dir",
                 self._tmp.name,
+                *self.args,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -30,6 +30,7 @@ _EXPECTED = (SidecarError, ModelStoreError, OSError)
 _PERMANENT_ERRNOS = frozenset(
     {
         errno.EEXIST,
+        errno.ENOENT,
         errno.ENOTDIR,
         errno.EISDIR,
         errno.EACCES,

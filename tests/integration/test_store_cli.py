@@ -258,3 +258,22 @@ def test_an_unloadable_model_is_neither_imported_nor_promoted(
     assert problem in line and "nothing was promoted" in line
     rows = json.loads(run("models", "list", "--json", *where))
     assert [r["version"] for r in rows if r["state"] == "active"] == [before[0]["version"]]
+
+
+def test_a_redis_that_refuses_the_credentials_says_so_without_retrying(
+    tmp_path: Path, one_error_line: Callable[[Result], str]
+) -> None:
+    password = "S3cr3t-store-pw"
+    with EmbeddedRedis(args=("--requirepass", password)) as server:
+        base = server.url
+        wrong = base.replace("redis://", "redis://:not-it@")
+        for url, said in [
+            (base, "it needs a password (redis.password"),
+            (wrong, "invalid username-password pair"),
+        ]:
+            line = one_error_line(CliRunner().invoke(main, ["models", "list", "--redis-url", url]))
+            assert "refused the credentials" in line and said in line, line
+            assert "unreachable" not in line and "retrying may help" not in line, line
+            assert "not-it" not in line
+        right = base.replace("redis://", f"redis://:{password}@")
+        assert "no versions" in run("models", "list", "--redis-url", right)

@@ -40,6 +40,7 @@ def test_public_names_are_pinned() -> None:
         "ModelStoreError",
         "RedisStore",
         "SignatureInvalid",
+        "StoreAccessDenied",
         "StoreEvent",
         "StoreMisconfigured",
         "StoreUnavailable",

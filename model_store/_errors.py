@@ -35,7 +35,8 @@ class StoreAccessDenied(StoreUnavailable):
     """The store answered but refused the credentials (a wrong or missing password).
 
     Trying again with the same settings does not help; a running worker still treats it
-    as an outage and keeps reconnecting, so a rotated secret takes effect without a restart.
+    as an outage and keeps reconnecting, so it serves on when the fix is made on the Redis
+    side (its own settings are read once, at start).
     """
 
     retryable = False

@@ -327,6 +327,7 @@ def test_the_gated_retraining_job_promotes_only_a_model_that_passes(
         train = ["train", "--kb", f"{kb}/kb.jsonl", "--id-queries", f"{kb}/id.jsonl"]
         train += ["--ood-queries", f"{kb}/ood.jsonl", "--detector", "knn", "--seed", seed]
         values = {
+            "scoring": {"kbs": ["default", "clinic"]},
             "retraining": {
                 "enabled": True,
                 "kbSource": {"configMap": "kb"},
@@ -338,7 +339,7 @@ def test_the_gated_retraining_job_promotes_only_a_model_that_passes(
                     "oodQueries": f"{kb}/held_ood.jsonl",
                     **gate,
                 },
-            }
+            },
         }
         spec = pod_spec(render(values)[("CronJob", f"{FULLNAME}-retrain")])
         codes = []

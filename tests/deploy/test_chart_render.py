@@ -83,7 +83,8 @@ def test_retraining_from_a_pvc_validates(render: Any) -> None:
     args = container["args"]
     assert "train" in args and "--publish" in args
     assert args[args.index("--kb-name") + 1] == "default"  # scoring.defaultKb
-    named = render({**values, "retraining": {**values["retraining"], "kbName": "claims"}})
+    served = {"scoring": {"kbs": ["default", "claims"]}}
+    named = render({**values, **served, "retraining": {**values["retraining"], "kbName": "claims"}})
     named_args = pod_spec(named[("CronJob", f"{FULLNAME}-retrain")])["containers"][0]["args"]
     assert named_args[named_args.index("--kb-name") + 1] == "claims"
     assert job["spec"]["concurrencyPolicy"] == "Forbid"

@@ -111,3 +111,20 @@ data directory lives under /tmp, another emptyDir. */}}
   readOnly: true
 {{- end }}
 {{- end }}
+
+{{- /*
+A number as settings read it: an integral value without an exponent. Helm holds numbers
+from values files as float64 and prints 1000000 as "1e+06", which an int setting refuses.
+*/ -}}
+{{- define "ood-sidecar.num" -}}
+{{- if and (kindIs "float64" .) (eq (float64 (int64 .)) .) -}}
+{{- int64 . -}}
+{{- else -}}
+{{- . -}}
+{{- end -}}
+{{- end }}
+
+{{- /* The CronJob's name: Kubernetes allows 52 characters (Job names get a suffix). */ -}}
+{{- define "ood-sidecar.retrainName" -}}
+{{- printf "%s-retrain" (include "ood-sidecar.fullname" . | trunc 44 | trimSuffix "-") }}
+{{- end }}

@@ -15,6 +15,7 @@ Keys (``P`` is the configured prefix, ``KB`` the KB id, ``V`` a version id)::
 from __future__ import annotations
 
 import contextlib
+import re
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -272,8 +273,34 @@ def _is_secret(raw_key: str) -> bool:
 _Client = TypeVar("_Client")
 
 
+def _url_problem(url: str) -> str | None:
+    """What is wrong with a Redis URL that redis-py would take anyway, or None.
+
+    redis-py reads no host as localhost, and ``/abc`` as database 0 and ``/1/2`` as
+    database 12: a typo would send the models to another server or database.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in ("redis", "rediss", "unix"):
+        return None  # redis-py refuses these itself
+    try:
+        where = urllib.parse.urlsplit(f"//{rest.rpartition('@')[2]}")
+    except ValueError:
+        return None  # redis-py refuses it, with the message below
+    if scheme == "unix":
+        return None if where.path else "names no socket path"
+    if not where.hostname:
+        return "names no host"
+    if where.path not in ("", "/") and not re.fullmatch(r"/\d+", where.path):
+        return "has a database that is not a number (redis://host:port/0)"
+    return None
+
+
 def client_from_url(from_url: Callable[..., _Client], url: str, **kwargs: Any) -> _Client:
-    """``from_url(url, **kwargs)``, with a URL redis-py rejects as :class:`StoreMisconfigured`."""
+    """``from_url(url, **kwargs)``, with a URL redis-py rejects, or would read as another
+    host or database than written, as :class:`StoreMisconfigured`."""
+    problem = _url_problem(url)
+    if problem:
+        raise StoreMisconfigured(f"invalid Redis URL {safe_url(url)}: it {problem}") from None
     try:
         return from_url(url, **kwargs)
     except ValueError:

@@ -134,7 +134,18 @@ def test_safe_url_hides_every_password(url: str, shown: str) -> None:
 
 @pytest.mark.parametrize("store_cls", [RedisStore, AsyncRedisStore])
 @pytest.mark.parametrize(
-    "url", ["http://:s3cret@host/0", "redis://:s3#cret@host/0", "redis://:s3cret@host/0?db=x"]
+    "url",
+    [
+        "http://:s3cret@host/0",
+        "redis://:s3#cret@host/0",
+        "redis://:s3cret@host/0?db=x",
+        # redis-py takes these, as localhost, database 0 and database 12
+        "redis://:s3cret@",
+        "redis://:s3cret@/0",
+        "redis://:s3cret@host/abc",
+        "redis://:s3cret@host/1/2",
+        "unix://:s3cret@",
+    ],
 )
 def test_unusable_redis_url_is_misconfigured(store_cls: type, url: str) -> None:
     with pytest.raises(StoreMisconfigured) as info:
@@ -143,6 +154,24 @@ def test_unusable_redis_url_is_misconfigured(store_cls: type, url: str) -> None:
     assert "invalid Redis URL" in str(info.value) and "s3cret" not in str(info.value)
     # Not chained: redis-py's own message may quote the password.
     assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("redis://:s3cret@", "names no host"),
+        ("redis://h:6379/abc", "database that is not a number"),
+        ("unix://", "names no socket path"),
+    ],
+)
+def test_a_redis_url_read_as_another_server_says_why(url: str, why: str) -> None:
+    with pytest.raises(StoreMisconfigured, match=why):
+        RedisStore(url)
+
+
+@pytest.mark.parametrize("url", ["redis://h", "rediss://h:6380/", "redis://[::1]:6379/15"])
+def test_redis_urls_that_name_a_host_and_database_are_taken(url: str) -> None:
+    RedisStore(url).close()
 
 
 def test_verified_artifact_checks_size_sha_and_version() -> None:

@@ -8,6 +8,7 @@ code, values files or logs.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from sidecar.errors import ConfigError
@@ -19,8 +20,9 @@ def read_secret_files(secrets_dir: Path) -> dict[str, dict[str, str]]:
     if not secrets_dir.is_dir():
         return found
     for f in sorted(secrets_dir.iterdir()):
-        if not f.is_file() or "__" not in f.name:
-            continue
+        if "__" not in f.name or f.name.startswith("."):
+            continue  # Kubernetes' own ..data entries, a CA file named kafka-ca.pem
+        _check_regular(f)
         section, name = f.name.split("__", 1)
         try:
             text = f.read_bytes().decode("utf-8")
@@ -35,6 +37,20 @@ def read_secret_files(secrets_dir: Path) -> dict[str, dict[str, str]]:
             )
         found.setdefault(section, {})[name] = text.strip()
     return found
+
+
+def _check_regular(f: Path) -> None:
+    """A ``<section>__<field>`` entry that is not a readable file is a mounting mistake
+    that would otherwise leave the setting unset: no password, or no signing key."""
+    try:
+        mode = f.stat().st_mode
+    except FileNotFoundError:
+        raise ConfigError(f"secret file {f} is a link to nothing") from None
+    except OSError as exc:
+        raise ConfigError(f"secret file {f} cannot be read ({exc.strerror})") from None
+    if not stat.S_ISREG(mode):
+        what = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        raise ConfigError(f"secret file {f} is {what}; a secret is a file holding the value")
 
 
 def secrets_dir(default: Path) -> Path:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -324,3 +326,30 @@ def test_brokers_with_credentials_or_none_are_refused_without_the_value(
     _assert_hidden(exc, SECRET)
     monkeypatch.delenv("SIDECAR_KAFKA__BROKERS")
     assert load_settings(kafka={"brokers": "kafka://k0:9092;k1:9092"}).kafka.brokers
+
+
+@pytest.mark.parametrize(
+    ("make", "words"),
+    [
+        (lambda p: p.mkdir(), "is a directory"),
+        (lambda p: p.symlink_to(p.parent / "nowhere"), "is a link to nothing"),
+        (lambda p: os.mkfifo(p), "is not a regular file"),
+    ],
+)
+def test_a_secret_that_is_not_a_file_is_refused_not_left_unset(
+    secrets_dir: Path, make: Callable[[Path], object], words: str
+) -> None:
+    # A mis-mounted signing key would otherwise mean running unsigned without a word.
+    make(secrets_dir / "store__hmac_key")
+    exc = _config_error()
+    assert "store__hmac_key" in str(exc) and words in str(exc)
+
+
+def test_kubernetes_secret_volume_entries_are_not_secrets(secrets_dir: Path) -> None:
+    data = secrets_dir / "..2026_12_02_03_27_05.1"
+    data.mkdir()
+    (data / "store__hmac_key").write_text("0123abcd\n")
+    (secrets_dir / "..data").symlink_to(data.name)
+    (secrets_dir / "store__hmac_key").symlink_to("..data/store__hmac_key")
+    key = load_settings().store.hmac_key
+    assert key is not None and key.get_secret_value() == "0123abcd"

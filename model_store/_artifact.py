@@ -316,10 +316,12 @@ def read_bounded(path: Path, limit: int) -> bytes:
     Kubernetes ConfigMap volumes present their files. Raises OSError as ``open`` does.
     """
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):  # before fdopen, which names a directory "3"
+        os.close(fd)
+        what = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        raise ArtifactCorrupt(f"{path} is {what}")
     with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise ArtifactCorrupt(f"{path} is not a regular file")
         if st.st_size > limit:
             raise ArtifactCorrupt(f"{path} has {st.st_size} bytes; at most {limit} can be valid")
         data = f.read(limit + 1)

@@ -224,6 +224,11 @@ def test_directory_store_reads_no_more_than_an_artifact_can_hold(tmp_path) -> No
     (exported / "arrays.npz").symlink_to("/dev/zero")
     with pytest.raises(ArtifactCorrupt, match="not a regular file"):
         load_dir(exported)
+    folder = save_dir(art, tmp_path / "folder")  # named, not "Is a directory: 3"
+    (folder / "manifest.json").unlink()
+    (folder / "manifest.json").mkdir()
+    with pytest.raises(ArtifactCorrupt, match=r"manifest\.json is a directory$"):
+        load_dir(folder)
     linked = save_dir(art, tmp_path / "linked")  # a link to a regular file is followed
     (linked / "arrays.npz").rename(tmp_path / "elsewhere.npz")
     (linked / "arrays.npz").symlink_to(tmp_path / "elsewhere.npz")

@@ -69,6 +69,8 @@ def demo(
     from sidecar.errors import ConfigError
     from sidecar.settings import load_settings, mask_url_password
 
+    if directory_store and redis_url is not None:
+        raise ConfigError("give --redis-url or --directory-store, not both")
     base = load_settings()
     url = base.redis.url if redis_url is None else redis_url
     problem = None if directory_store else _redis_problem(url, base)

@@ -114,10 +114,14 @@ def explain_command(**opts: Any) -> None:
         for k in ("base_url", "model", "votes", "concurrency", "max_tokens", "seed", "cache_dir")
         if opts[k] is not None
     }
-    if not opts["query"].strip():
-        from sidecar.errors import ConfigError
+    from sidecar.errors import ConfigError
 
+    if not opts["query"].strip():
         raise ConfigError("--query is empty: give the question the answer was for")
+    if opts["local_model"] and (opts["base_url"] is not None or opts["model"] is not None):
+        raise ConfigError(
+            "--local-model runs the model in process: leave out --base-url and --model"
+        )
     settings = load_settings(explain=overrides)
     es = settings.explain
     if opts["json_out"]:
@@ -126,8 +130,6 @@ def explain_command(**opts: Any) -> None:
         check_output_file(opts["json_out"], "--json")  # before the black-box calls
     sources = load_sources(opts["sources_path"])
     if len(sources) > es.max_sources:
-        from sidecar.errors import ConfigError
-
         raise ConfigError(
             f"{len(sources)} sources > explain.max_sources={es.max_sources} "
             "(the lattice has 2**n subsets)"

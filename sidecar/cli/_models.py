@@ -23,12 +23,33 @@ _PATH = click.Path(path_type=Path)
 _EXPORT_FILES = frozenset({"manifest.json", "arrays.npz"})
 
 
+def _not_empty(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    """An empty --store-dir would be the working directory, an empty --redis-url the
+    settings' Redis: neither is what was meant."""
+    if value is None:
+        return None
+    if param.name == "store_dir":
+        if not value.strip():
+            raise click.BadParameter("is empty (use . for the current directory)")
+        return Path(value)
+    if not value.strip():
+        raise click.BadParameter("is empty (leave it out to use redis.url)")
+    return value
+
+
 def _store_options(f: Callable[..., Any]) -> Callable[..., Any]:
     f = click.option(
-        "--redis-url", default=None, help="Use the Redis store at this URL [default: settings]."
+        "--redis-url",
+        default=None,
+        callback=_not_empty,
+        help="Use the Redis store at this URL [default: settings].",
     )(f)
     f = click.option(
-        "--store-dir", type=_PATH, default=None, help="Use the directory store at this path."
+        "--store-dir",
+        type=click.Path(),
+        default=None,
+        callback=_not_empty,
+        help="Use the directory store at this path.",
     )(f)
     return f
 

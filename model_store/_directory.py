@@ -268,6 +268,8 @@ class DirectoryStore:
 
     def promote(self, kb: str, version: str) -> StoreEvent | None:
         check_version(version)
+        if not self._kb_dir(kb).is_dir():  # nothing to promote: leave no empty KB behind
+            raise ArtifactNotFound(f"KB {kb!r} has no version {version!r} to promote")
         with self._locked(kb) as d:
             if not self._version_dir(kb, version).is_dir():
                 raise ArtifactNotFound(f"KB {kb!r} has no version {version!r} to promote")
@@ -282,6 +284,8 @@ class DirectoryStore:
         return event
 
     def rollback(self, kb: str) -> StoreEvent:
+        if not self._kb_dir(kb).is_dir():
+            raise ArtifactNotFound(f"KB {kb!r} has no previous version to roll back to")
         with self._locked(kb) as d:
             state = self._state(kb)
             history = list(state.get("history", []))
@@ -340,6 +344,8 @@ class DirectoryStore:
 
     def gc(self, kb: str) -> list[str]:
         deleted: list[str] = []
+        if not self._kb_dir(kb).is_dir():
+            return deleted
         with self._locked(kb) as d:
             state = self._state(kb)
             history = list(state.get("history", []))

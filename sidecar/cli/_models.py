@@ -273,13 +273,17 @@ def show_command(
     """
     with _open(store_dir, redis_url, read_only=True) as store:
         if version is None:
+            # Everything read before anything is printed: a bad KB id is one error line.
+            active, previous = store.active(kb), store.previous(kb)
+            n_versions, history = len(store.versions(kb)), store.history(kb)[:10]
+            events = store.events(kb)[-10:]
             click.echo(f"KB:       {kb}")
-            click.echo(f"active:   {store.active(kb) or '-'}")
-            click.echo(f"previous: {store.previous(kb) or '-'}")
-            click.echo(f"versions: {len(store.versions(kb))}")
-            click.echo(f"history:  {' <- '.join(store.history(kb)[:10]) or '-'}")
+            click.echo(f"active:   {active or '-'}")
+            click.echo(f"previous: {previous or '-'}")
+            click.echo(f"versions: {n_versions}")
+            click.echo(f"history:  {' <- '.join(history) or '-'}")
             click.echo("events:")
-            for e in store.events(kb)[-10:]:
+            for e in events:
                 click.echo(f"  {_when(e.ts)}  {e.action:<8}  {e.previous or '-'} -> {e.version}")
             return
         v = _resolve(store, kb, version)

@@ -306,5 +306,7 @@ def load_benchmark(
     except KeyError:
         raise ConfigError(f"unknown benchmark {name!r}; choose from {sorted(BENCHMARKS)}") from None
     if not Path(data_dir).is_dir():
+        if Path(data_dir).exists():
+            raise DataError(f"data directory {data_dir} is a file, not a directory")
         raise DataError(f"data directory not found: {data_dir}")
     return loader(data_dir, split, **options)

@@ -299,3 +299,15 @@ def test_directory_gc_sweeps_what_an_interrupted_put_left(tmp_path) -> None:
     os.utime(stale, (hours_ago, hours_ago))
     assert store.gc("kb") == []  # no version to delete, but the leftover goes
     assert not stale.exists() and fresh.exists()
+
+
+def test_directory_commands_on_an_unknown_kb_leave_no_folder(tmp_path) -> None:
+    from model_store import ArtifactNotFound
+
+    store = DirectoryStore(tmp_path / "store")
+    with pytest.raises(ArtifactNotFound, match="no previous version"):
+        store.rollback("ghost")
+    with pytest.raises(ArtifactNotFound, match="no version"):
+        store.promote("ghost", "0123456789abcdef")
+    assert store.gc("ghost") == []
+    assert list((tmp_path / "store").iterdir()) == []

@@ -54,7 +54,7 @@ def test_explain_prints_rules_and_writes_json(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--sources", "/nonexistent/s.jsonl", "-p", "contains:x"], "No such file"),
+        (["--sources", "/nonexistent/s.jsonl", "-p", "contains:x"], "sources file not found"),
         (["--sources", "{src}", "-p", "bogus:x"], "unknown predicate kind"),
         (["--sources", "{src}", "-p", "contains:x", "--base-url", "ftp://x"], "http"),
     ],

@@ -242,9 +242,9 @@ def safe_url(url: str) -> str:
     scheme, sep, rest = url.partition("://")
     if not sep:
         scheme, rest = "", url
-    # Everything up to the last '@' may be credentials. redis-py also splits at the last
-    # one, and an unencoded '/', '?' or '#' in a password moves urllib's idea of where the
-    # host starts, so cut at the last '@' of the whole remainder, not of urllib's netloc.
+    # Everything up to the last '@' may be credentials. redis-py (urlparse) takes the host
+    # after the last '@' of a netloc that ends at the first '/', '?' or '#', so a password
+    # holding one of those spills past it: cut at the last '@' of the whole remainder.
     hidden = "***@" if "@" in rest else ""
     rest = rest.rpartition("@")[2]
     try:
@@ -279,18 +279,21 @@ def _url_problem(url: str) -> str | None:
     redis-py reads no host as localhost, and ``/abc`` as database 0 and ``/1/2`` as
     database 12: a typo would send the models to another server or database.
     """
-    scheme, sep, rest = url.partition("://")
-    if not sep or scheme not in ("redis", "rediss", "unix"):
-        return None  # redis-py refuses these itself
     try:
-        where = urllib.parse.urlsplit(f"//{rest.rpartition('@')[2]}")
+        # Parsed as redis-py parses it (urlparse): its host ends at the first '/', '?'
+        # or '#', so an unencoded one in a password moves the host into the path.
+        where = urllib.parse.urlparse(url)
     except ValueError:
         return None  # redis-py refuses it, with the message below
-    if scheme == "unix":
+    if where.scheme not in ("redis", "rediss", "unix"):
+        return None  # redis-py refuses these itself
+    query = urllib.parse.parse_qs(where.query)
+    if where.scheme == "unix":
         return None if where.path else "names no socket path"
-    if not where.hostname:
-        return "names no host"
-    if where.path not in ("", "/") and not re.fullmatch(r"/\d+", where.path):
+    if not where.hostname and "host" not in query:
+        hint = " (a '/', '?' or '#' in a password must be %-encoded)" if "@" in url else ""
+        return f"names no host{hint}"
+    if not re.fullmatch(r"/?(\d+/?)?", where.path):
         return "has a database that is not a number (redis://host:port/0)"
     return None
 

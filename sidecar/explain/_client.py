@@ -135,7 +135,9 @@ class ChatCompletionsClient:
             )
         self.settings = settings
         self.backoff_s = settings.backoff_s if backoff_s is None else backoff_s
-        self._url = settings.base_url.rstrip("/") + "/chat/completions"
+        # The endpoint's path under base_url; a query (?api_key=...) stays a query.
+        base = httpx.URL(settings.base_url)
+        self._url = str(base.copy_with(path=base.path.rstrip("/") + "/chat/completions"))
         # What messages name: no credentials or key parameters of the URL.
         self._shown_url = mask_url_password(self._url)
         key = settings.api_key.get_secret_value() if settings.api_key is not None else None

@@ -101,6 +101,14 @@ def test_large_integers_load_as_settings(render: Any, monkeypatch: pytest.Monkey
     assert load_settings().scoring.max_text_chars == 1_000_000
 
 
+def test_null_and_zero_integers_keep_their_meaning(render: Any) -> None:
+    # null removes a default (no TTL: finished Jobs and a failed gate's logs are kept);
+    # 0 is a value (no retries).
+    values = {"retraining": {**RETRAIN, "ttlSecondsAfterFinished": None, "backoffLimit": 0}}
+    job = _one(render(values), "CronJob")["spec"]["jobTemplate"]["spec"]
+    assert job["ttlSecondsAfterFinished"] is None and job["backoffLimit"] == 0
+
+
 def test_a_retraining_kb_no_worker_serves_fails_the_render(render_raw: Any) -> None:
     helm_python = pytest.importorskip("helm_python")
     values = {
@@ -113,12 +121,29 @@ def test_a_retraining_kb_no_worker_serves_fails_the_render(render_raw: Any) -> N
     assert render_raw(values)
 
 
-def test_a_password_in_the_redis_url_fails_the_render(render_raw: Any) -> None:
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://:S3cret@redis:6379/0",
+        "redis://app:S3cret@redis:6379/0",
+        "redis://redis:6379/0?password=S3cret",
+        "rediss://redis/0?db=1&password=S3cret",
+    ],
+)
+def test_a_password_in_the_redis_url_fails_the_render(render_raw: Any, url: str) -> None:
     helm_python = pytest.importorskip("helm_python")
     with pytest.raises(helm_python.HelmError, match="redis__password") as failed:
-        render_raw({"redis": {"url": "redis://:S3cret@redis:6379/0"}})
+        render_raw({"redis": {"url": url}})
     assert "S3cret" not in str(failed.value)
-    assert render_raw({"redis": {"url": "rediss://redis.prod:6380/2"}})
+
+
+@pytest.mark.parametrize(
+    "url", ["rediss://redis.prod:6380/2", "redis://app@redis:6379/0", "unix:///run/redis.sock"]
+)
+def test_redis_urls_without_a_password_render(render: Any, url: str) -> None:
+    # A user name alone names an ACL user; its password is the secret redis__password.
+    env = _one(render({"redis": {"url": url}}), "ConfigMap")["data"]
+    assert env["SIDECAR_REDIS__URL"] == url
 
 
 def test_fullname_is_what_the_tests_expect(render: Any) -> None:

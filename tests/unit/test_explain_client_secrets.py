@@ -21,6 +21,9 @@ KEY = "sk-S3cr3tV4lue"
 
 def _echoing(status: int) -> httpx.MockTransport:
     def reply(request: httpx.Request) -> httpx.Response:
+        # The key in the query stays a query; the endpoint's path goes under base_url.
+        assert request.url.path == "/v1/chat/completions"
+        assert request.url.params["api_key"] == KEY
         said = request.headers.get("authorization", "")
         return httpx.Response(status, json={"error": {"message": f"bad key {said}"}})
 

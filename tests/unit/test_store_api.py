@@ -144,6 +144,7 @@ def test_safe_url_hides_every_password(url: str, shown: str) -> None:
         "redis://:s3cret@/0",
         "redis://:s3cret@host/abc",
         "redis://:s3cret@host/1/2",
+        "redis://:1234/s3cret@host:6379/0",  # redis-py: localhost, port 1234
         "unix://:s3cret@",
     ],
 )
@@ -169,7 +170,18 @@ def test_a_redis_url_read_as_another_server_says_why(url: str, why: str) -> None
         RedisStore(url)
 
 
-@pytest.mark.parametrize("url", ["redis://h", "rediss://h:6380/", "redis://[::1]:6379/15"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://h",
+        "rediss://h:6380/",
+        "redis://[::1]:6379/15",
+        "redis://h:6379/0/",
+        "redis://app@h/0",
+        "redis://:p%2Fw@h/0",
+        "redis://h/0?db=1",
+    ],
+)
 def test_redis_urls_that_name_a_host_and_database_are_taken(url: str) -> None:
     RedisStore(url).close()
 

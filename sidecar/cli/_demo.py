@@ -153,6 +153,13 @@ def _redis_problem(url: str, settings: Any) -> str | None:
     """None when a Redis answers at ``url``, else why not, in a few words."""
     import redis
 
+    from model_store import RedisStore, StoreMisconfigured
+
+    try:  # the store's own URL check: redis-py reads a URL without a host as localhost
+        RedisStore(url).close()
+    except StoreMisconfigured as exc:  # "invalid Redis URL <masked>: why"
+        return f"not a usable Redis URL ({str(exc).split(': ', 1)[-1]})"
+
     pw = settings.redis.password
     try:
         client = redis.Redis.from_url(

@@ -103,6 +103,7 @@ def test_demo_refuses_a_timeout_or_limit_that_cannot_work(
         ("", "--redis-url '': not a usable Redis URL"),
         ("redis://127.0.0.1:1/0", "--redis-url redis://127.0.0.1:1/0: no Redis answers"),
         ("redis://:secret@127.0.0.1:1/0", "--redis-url redis://***@127.0.0.1:1/0: no Redis"),
+        ("redis://:secret@", "--redis-url redis://***@: not a usable Redis URL (it names no host"),
     ],
 )
 def test_demo_refuses_an_explicit_redis_url_that_does_not_answer(

@@ -58,6 +58,14 @@ def detector_class(kind: str) -> type[OODDetector]:
     return _REGISTRY[kind]
 
 
+def needs_ood_error(kind: str) -> str:
+    """Why ``kind`` cannot be fitted without OOD training queries, and what can be."""
+    return (
+        f"detector {kind!r} needs OOD training queries (--ood-queries: questions the KB must "
+        "refuse); without them use a KB-only detector, e.g. --detector residual or max_cosine"
+    )
+
+
 def make_detector(kind: str, **params: Any) -> OODDetector:
     """Construct an unfitted detector of ``kind`` with hyperparameters ``params``."""
     from sidecar.errors import ConfigError

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from sidecar.errors import ConfigError, DataError
-from sidecar.scoring._base import make_detector
+from sidecar.scoring._base import make_detector, needs_ood_error
 from sidecar.scoring._calibration import DEFAULT_TARGET_FRR, conformal_threshold
 from sidecar.scoring._encoder import Encoder
 from sidecar.scoring._model import OODModel
@@ -116,7 +116,7 @@ def fit_ood_model(
     if "random_state" in det.get_params() and "random_state" not in params:
         det.set_params(random_state=seed)
     if det.needs_ood and OOD is None:
-        raise ConfigError(f"detector {detector!r} needs OOD training queries")
+        raise ConfigError(needs_ood_error(detector))
 
     # Calibration split: never calibrate on queries the detector was fitted on.
     if calibration_embeddings is None:

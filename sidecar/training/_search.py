@@ -36,6 +36,7 @@ import numpy as np
 
 from sidecar.errors import ConfigError, DataError
 from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel, detector_class
+from sidecar.scoring._base import needs_ood_error
 from sidecar.training._cross import (
     MAX_FINALISTS,
     OutOfFold,
@@ -217,7 +218,7 @@ def search(
             f"threshold rule must be one of {THRESHOLD_RULES}, got {threshold_rule!r}"
         )
     if detector_class(detector).needs_ood and not splits.has_ood:
-        raise ConfigError(f"detector {detector!r} needs OOD training queries")
+        raise ConfigError(needs_ood_error(detector))
     if selection not in SELECTIONS:
         raise ConfigError(f"selection must be one of {SELECTIONS}, not {selection!r}")
     calibration = resolve_calibration(threshold_rule, calibration)

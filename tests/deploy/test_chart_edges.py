@@ -148,3 +148,14 @@ def test_redis_urls_without_a_password_render(render: Any, url: str) -> None:
 
 def test_fullname_is_what_the_tests_expect(render: Any) -> None:
     assert ("Deployment", FULLNAME) in render()
+
+
+def test_the_default_retraining_job_gives_the_default_detector_its_ood_queries(
+    render: Any,
+) -> None:
+    # combined, the default detector, is fitted on ID against OOD queries: a job without
+    # them would fail at every run.
+    job = _one(render({"retraining": RETRAIN}), "CronJob")
+    args = pod_spec(job)["containers"][0]["args"]
+    assert "--detector" not in args
+    assert args[args.index("--ood-queries") + 1] == "/kb/ood_queries.jsonl"

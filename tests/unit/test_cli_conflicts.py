@@ -43,3 +43,18 @@ def test_contradicting_or_empty_options_are_one_line(
     line = one_error_line(CliRunner().invoke(main, args))
     assert words in line, line
     assert list(tmp_path.iterdir()) == [tmp_path / "s.jsonl"]  # nothing was written
+
+
+def test_the_default_detector_without_ood_queries_names_what_trains_without(
+    tmp_path: Path, one_error_line: Callable[[Result], str]
+) -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    for name in ("kb", "id"):
+        np.save(tmp_path / f"{name}.npy", rng.normal(size=(40, 8)).astype(np.float32))
+    args = ["train", "--kb-embeddings", str(tmp_path / "kb.npy")]
+    args += ["--id-embeddings", str(tmp_path / "id.npy"), "--out", str(tmp_path / "o")]
+    line = one_error_line(CliRunner().invoke(main, [*args, "--no-report", "--no-progress"]))
+    assert "'combined' needs OOD training queries (--ood-queries" in line
+    assert "--detector residual" in line

@@ -201,6 +201,8 @@ def check_command(**opts: Any) -> None:
         with _open(store_dir, redis_url, create=False) as store:
             moved = store.promote(model.kb, version)
         click.echo(f"{'promoted' if moved else 'already active:'} {model.kb}/{version}")
+    elif opts["promote"]:
+        click.echo(f"not promoted: {model.kb}/{version} failed a gate; the active version stays")
     report["promoted"] = bool(opts["promote"] and report["passed"])
     if opts["json_out"]:
         opts["json_out"].write_text(json.dumps(report, indent=2) + "\n")

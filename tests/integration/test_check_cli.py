@@ -156,6 +156,7 @@ def test_promote_only_when_the_gates_hold(setup: dict[str, Path], tmp_path: Path
     base = ["--store-dir", str(store_dir), "--kb", "synthetic", "--version-from", str(stats)]
     res = _check(setup, *base, "--promote", "--max-frr", "0")  # no query may be refused
     assert res.exit_code == 1 and "FAILED" in res.output, res.output
+    assert f"not promoted: synthetic/{first} failed a gate" in res.output
     assert store.active("synthetic") == active  # a failed gate promotes nothing
     res = _check(setup, *base, "--promote", "--max-frr", "1", "--against", "active")
     assert res.exit_code == 0 and f"promoted synthetic/{first}" in res.output, res.output

@@ -140,11 +140,10 @@ class ChatCompletionsClient:
         self._url = str(base.copy_with(path=base.path.rstrip("/") + "/chat/completions"))
         # What messages name: no credentials or key parameters of the URL.
         self._shown_url = mask_url_password(self._url)
-        key = settings.api_key.get_secret_value() if settings.api_key is not None else None
-        self._api_key = key
+        self._api_key = settings.api_key.get_secret_value() if settings.api_key else None
         headers = {"Content-Type": "application/json"}
-        if settings.api_key is not None:
-            headers["Authorization"] = f"Bearer {settings.api_key.get_secret_value()}"
+        if self._api_key is not None:
+            headers["Authorization"] = f"Bearer {self._api_key}"
         self._http = httpx.AsyncClient(
             headers=headers, timeout=httpx.Timeout(settings.timeout_s), transport=transport
         )

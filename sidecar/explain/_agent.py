@@ -78,8 +78,11 @@ class ExplainRequest:
 def parse_request(value: bytes | None, settings: Settings) -> ExplainRequest:
     """Validate one request (pure: no I/O); raises ``_Rejected`` with a reason code."""
     try:
-        doc = json.loads(value or b"")
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        # Decoded as UTF-8 first: json.loads of bytes would take UTF-16 and UTF-32 too.
+        doc = json.loads((value or b"").decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise _Rejected(INVALID_JSON, f"not UTF-8: {exc.reason} at byte {exc.start}") from exc
+    except ValueError as exc:  # JSONDecodeError, and an integer of more than 4,300 digits
         raise _Rejected(INVALID_JSON, f"not JSON: {exc}") from exc
     except RecursionError:
         raise _Rejected(INVALID_JSON, "not JSON: nested too deeply") from None
@@ -97,6 +100,9 @@ def parse_request(value: bytes | None, settings: Settings) -> ExplainRequest:
         raise _Rejected(BAD_REQUEST, "'query' must be a non-empty string")
     if not isinstance(spec, str):
         raise _Rejected(BAD_PREDICATE, "'predicate' must be a spec string like contains:Paris")
+    # Every text goes into prompts sent as UTF-8: a lone surrogate ("\ud800") cannot.
+    if not utf8_encodable(query) or not utf8_encodable(spec):
+        raise _Rejected(BAD_REQUEST, "'query' and 'predicate' must be valid UTF-8 text")
     raw_sources = doc.get("sources")
     if not isinstance(raw_sources, list) or not raw_sources:
         raise _Rejected(BAD_REQUEST, "'sources' must be a non-empty list of {id, text}")
@@ -109,6 +115,8 @@ def parse_request(value: bytes | None, settings: Settings) -> ExplainRequest:
         sources = sources_from_records(raw_sources)
     except DataError as exc:
         raise _Rejected(BAD_REQUEST, str(exc)) from exc
+    if not all(utf8_encodable(s.id) and utf8_encodable(s.text) for s in sources):
+        raise _Rejected(BAD_REQUEST, "every source's 'id' and 'text' must be valid UTF-8 text")
     rules = doc.get("rules", list(RULE_TYPES))
     if not isinstance(rules, list) or not rules or any(r not in RULE_TYPES for r in rules):
         raise _Rejected(BAD_REQUEST, f"'rules' must be a non-empty subset of {list(RULE_TYPES)}")

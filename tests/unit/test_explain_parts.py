@@ -293,6 +293,14 @@ def test_request_validation_reason_codes() -> None:
         _req(miner="tri"): BAD_REQUEST,
         _req(votes=0): BAD_REQUEST,
         _req(predicate=None): BAD_PREDICATE,
+        # Bad input, not a failure of the miner (they were explain_failed, with a traceback)
+        b'{"request_id": "r", "votes": ' + b"9" * 5000 + b"}": INVALID_JSON,
+        _req(query="q\ud800"): BAD_REQUEST,
+        _req(predicate="contains:\ud800"): BAD_REQUEST,
+        _req(sources=[{"id": "a", "text": "Paris \udfff"}]): BAD_REQUEST,
+        _req(sources=[{"id": "\ud800", "text": "Paris"}]): BAD_REQUEST,
+        # UTF-16 JSON, which json.loads of bytes would take, is refused as the queries are
+        json.dumps({"request_id": "r", "query": "q"}).encode("utf-16"): INVALID_JSON,
     }
     for value, reason in cases.items():
         with pytest.raises(_Rejected) as info:

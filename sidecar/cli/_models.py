@@ -23,32 +23,35 @@ _PATH = click.Path(path_type=Path)
 _EXPORT_FILES = frozenset({"manifest.json", "arrays.npz"})
 
 
-def _not_empty(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
-    """An empty --store-dir would be the working directory, an empty --redis-url the
-    settings' Redis: neither is what was meant."""
-    if value is None:
-        return None
-    if param.name == "store_dir":
+def _not_empty(
+    hint: str, convert: Callable[[str], Any] = str
+) -> Callable[[click.Context, click.Parameter, str | None], Any]:
+    """A click callback refusing a blank value, else ``convert(value)``: an empty
+    --store-dir would be the working directory, an empty --redis-url the settings' Redis;
+    neither is what was meant."""
+
+    def check(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+        if value is None:
+            return None
         if not value.strip():
-            raise click.BadParameter("is empty (use . for the current directory)")
-        return Path(value)
-    if not value.strip():
-        raise click.BadParameter("is empty (leave it out to use redis.url)")
-    return value
+            raise click.BadParameter(f"is empty ({hint})")
+        return convert(value)
+
+    return check
 
 
 def _store_options(f: Callable[..., Any]) -> Callable[..., Any]:
     f = click.option(
         "--redis-url",
         default=None,
-        callback=_not_empty,
+        callback=_not_empty("leave it out to use redis.url"),
         help="Use the Redis store at this URL [default: settings].",
     )(f)
     f = click.option(
         "--store-dir",
         type=click.Path(),
         default=None,
-        callback=_not_empty,
+        callback=_not_empty("use . for the current directory", Path),
         help="Use the directory store at this path.",
     )(f)
     return f

@@ -224,6 +224,7 @@ def _plot_protocol(path: Path, table: Mapping[str, Any]) -> None:
 
 def _plot_cost(path: Path, report: Mapping[str, Any], dets: Sequence[str]) -> None:
     import matplotlib.pyplot as plt
+    from matplotlib import ticker
 
     mean = report["mean"]
     pts = [
@@ -234,14 +235,61 @@ def _plot_cost(path: Path, report: Mapping[str, Any], dets: Sequence[str]) -> No
     fig, ax = plt.subplots(figsize=(6, 4))
     for d, us, au in pts:
         ax.scatter(us, au, color=_colour(d), s=25)
-        ax.annotate(d, (us, au), textcoords="offset points", xytext=(4, 3), fontsize=7)
     ax.set_xscale("log")
+    # plain numbers (3, 10, 20) instead of 3x10^0 when the axis spans about a decade
+    ax.xaxis.set_major_formatter(ticker.LogFormatter())
+    ax.xaxis.set_minor_formatter(ticker.LogFormatter(labelOnlyBase=False))
     ax.set_xlabel("microseconds per query (detector only, encoder excluded)", fontsize=8)
     ax.set_ylabel("mean AUROC", fontsize=8)
     ax.set_title("cost against quality", fontsize="medium")
     fig.tight_layout()
+    _place_labels(fig, ax, [(d, us, au) for d, us, au in pts])
     fig.savefig(path, dpi=_DPI)
     plt.close(fig)
+
+
+# Where a point's label may go, in points from the point: right-above first, then
+# right-below, left-above, left-below, and further out on each side.
+_LABEL_SPOTS = (
+    ((4, 3), "left"),
+    ((4, -9), "left"),
+    ((-4, 3), "right"),
+    ((-4, -9), "right"),
+    ((4, 12), "left"),
+    ((4, -18), "left"),
+)
+
+
+def _place_labels(fig: Any, ax: Any, pts: Sequence[tuple[str, float, float]]) -> list[Any]:
+    """Label each point at the first spot inside the axes that overlaps no earlier label.
+
+    Points close together (two baselines of the same cost and AUROC) otherwise print
+    their names over each other, and a point at the edge loses half its name. With no
+    free spot the label keeps the first one.
+    """
+    renderer = fig.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    placed: list[Any] = []
+    boxes: list[Any] = []
+    for name, x, y in pts:
+        for offset, ha in _LABEL_SPOTS:
+            text = ax.annotate(
+                name, (x, y), textcoords="offset points", xytext=offset, fontsize=7, ha=ha
+            )
+            box = text.get_window_extent(renderer).expanded(1.05, 1.1)
+            inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0
+            if inside and box.y1 <= frame.y1 and not any(box.overlaps(b) for b in boxes):
+                break
+            text.remove()
+        else:
+            offset, ha = _LABEL_SPOTS[0]
+            text = ax.annotate(
+                name, (x, y), textcoords="offset points", xytext=offset, fontsize=7, ha=ha
+            )
+            box = text.get_window_extent(renderer)
+        placed.append(text)
+        boxes.append(box)
+    return placed
 
 
 def _fmt(v: Any, spec: str = ".4f") -> str:

@@ -125,3 +125,48 @@ def test_seed_spread_judges_the_covid_target_on_the_median(tmp_path: Path) -> No
     text = write_eval_report(report, tmp_path).read_text()
     assert "## Spread over seeds [0, 1, 2]" in text
     assert "0.9600 [0.9500, 0.9900]" in text
+
+
+def test_cost_plot_labels_of_close_points_do_not_overlap() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from sidecar.training._eval_report import _place_labels
+
+    # max_cosine and knn of the CLINC150 report: 10.0 / 12.5 us, AUROC 0.9845 / 0.9840
+    pts = [("max_cosine", 10.0, 0.9845), ("knn", 12.5, 0.9840), ("mahalanobis", 9.3, 0.9806)]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.scatter([p[1] for p in pts], [p[2] for p in pts])
+    ax.set_xscale("log")
+    ax.set_xlim(2.0, 150.0)  # the report's range: residual to combined
+    ax.set_ylim(0.95, 1.0)
+    texts = _place_labels(fig, ax, pts)
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in texts]
+    plt.close(fig)
+    assert [t.get_text() for t in texts] == ["max_cosine", "knn", "mahalanobis"]
+    for i in range(len(boxes)):
+        for j in range(i + 1, len(boxes)):
+            assert not boxes[i].overlaps(boxes[j]), (texts[i].get_text(), texts[j].get_text())
+
+
+def test_cost_plot_label_at_the_right_edge_stays_inside_the_axes() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from sidecar.training._eval_report import _place_labels
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.scatter([3.0, 120.0], [0.985, 0.999])
+    ax.set_xscale("log")
+    ax.set_xlim(2.0, 140.0)
+    (_, edge) = _place_labels(fig, ax, [("residual", 3.0, 0.985), ("combined", 120.0, 0.999)])
+    renderer = fig.canvas.get_renderer()
+    box, frame = edge.get_window_extent(renderer), ax.get_window_extent(renderer)
+    plt.close(fig)
+    assert frame.x0 <= box.x0 and box.x1 <= frame.x1
+    assert frame.y0 <= box.y0 and box.y1 <= frame.y1

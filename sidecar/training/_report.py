@@ -74,6 +74,10 @@ def pc_loadings(
     return out
 
 
+# solid, long dashes, dash-dot, dots
+_LINE_STYLES: tuple[Any, ...] = ("-", (0, (6, 3)), "-.", (0, (1, 2)))
+
+
 def _plot_roc(
     path: Path,
     roc: Mapping[str, tuple[np.ndarray, np.ndarray]],
@@ -83,11 +87,14 @@ def _plot_roc(
     from sklearn.metrics import roc_auc_score, roc_curve
 
     fig, ax = plt.subplots(figsize=(6, 5))
-    for name, (s_id, s_ood) in roc.items():
+    for i, (name, (s_id, s_ood)) in enumerate(roc.items()):
         y = np.r_[np.zeros(len(s_id)), np.ones(len(s_ood))]
         s = np.r_[s_id, s_ood]
         fpr, tpr, _ = roc_curve(y, s)
-        ax.plot(fpr, tpr, label=f"{name} (AUROC {roc_auc_score(y, s):.3f})", lw=1.2)
+        label = f"{name} (AUROC {roc_auc_score(y, s):.3f})"
+        # dash patterns cycle so that curves on top of each other (several detectors at
+        # AUROC 1.0) stay visible as alternating colours
+        ax.plot(fpr, tpr, label=label, lw=1.2, ls=_LINE_STYLES[i % len(_LINE_STYLES)])
     ax.plot([0, 1], [0, 1], "k:", lw=0.8)
     ax.set_xlabel("false positive rate (ID flagged OOD)")
     ax.set_ylabel("true positive rate (OOD flagged)")
@@ -124,7 +131,10 @@ def _plot_m_curve(path: Path, curves: Mapping[str, list[tuple[int, float]]], met
     for crit, pts in curves.items():
         if pts:
             ms, vals = zip(*sorted(pts), strict=True)
-            ax.plot(ms, vals, marker="o", label=crit)
+            # EVR solid with filled dots, p-value dashed with open squares: equal curves
+            # stay visible as both
+            style = {"ls": "--", "marker": "s", "mfc": "none"} if crit == "pvalue" else {}
+            ax.plot(ms, vals, **{"marker": "o", **style}, label=crit)
     ax.set_xlabel("m (selected PCs)")
     ax.set_ylabel(metric)
     ax.set_title("EVR vs p-value PC selection", fontsize="medium")
@@ -163,10 +173,11 @@ def write_report(data: ReportData, out_dir: str | Path, *, m_metric: str = "accu
         lines += ["## Score histograms (validation, ID vs OOD)", "", "![scores](scores.png)", ""]
     if any(data.m_curve.values()):
         _plot_m_curve(out / "m_curve.png", data.m_curve, m_metric)
-        lines += [f"## {m_metric} against m (EVR vs p-value)", "", "![m curve](m_curve.png)", ""]
+        title = f"{m_metric[:1].upper()}{m_metric[1:]} against m (EVR vs p-value)"
+        lines += [f"## {title}", "", "![m curve](m_curve.png)", ""]
         lines += _m_table(data.m_curve)
     if data.search:
-        lines += _search_table(data.search)
+        lines += _search_table(data.search, str(data.summary.get("criterion") or ""))
     if data.pcs:
         lines += [
             "## Selected principal components",
@@ -206,7 +217,8 @@ def _m_table(curves: Mapping[str, list[tuple[int, float]]]) -> list[str]:
     return [*rows, ""]
 
 
-def _search_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+def _search_table(rows: Sequence[Mapping[str, Any]], criterion: str = "") -> list[str]:
+    """The search's candidates; ``criterion`` names the one criterion of rows without their own."""
     oof = any("finalist" in r for r in rows)
     out = [
         "## Search (validation split)",
@@ -235,7 +247,7 @@ def _search_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         shown = f"{auc:.4f}" if isinstance(auc, float) else str(r.get("skipped", ""))
         kept = "**picked**" if r.get("picked") else ""
         line = (
-            f"| {r.get('criterion', '')} | {r.get('m')} | {_cell(params, 80)} | "
+            f"| {r.get('criterion') or criterion} | {r.get('m')} | {_cell(params, 80)} | "
             f"{r.get('residual_ks') or ''} | "
             f"{r.get('dims', '')} | {_cell(shown, 60)} |"
         )

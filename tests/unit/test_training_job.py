@@ -128,6 +128,8 @@ def test_report_lists_every_search_candidate_and_marks_the_kept_one(tmp_path: Pa
     assert len(rows) - 1 == len(result.search.table) >= 2  # the header, then each candidate
     (kept,) = [row for row in rows if "**picked**" in row]
     assert kept.split(" | ")[1] == str(result.search.best.m)
+    # one criterion searched: every row names it (the column was blank)
+    assert {r.split(" | ")[0].lstrip("| ") for r in rows[1:]} == {result.model.criterion}
     # cross-calibrated: the finalists' out-of-fold balanced accuracy is a column, and the
     # kept row has the best of them
     assert "out-of-fold bal. acc." in rows[0]

@@ -133,8 +133,10 @@ def _plot_m_curve(path: Path, curves: Mapping[str, list[tuple[int, float]]], met
             ms, vals = zip(*sorted(pts), strict=True)
             # EVR solid with filled dots, p-value dashed with open squares: equal curves
             # stay visible as both
-            style = {"ls": "--", "marker": "s", "mfc": "none"} if crit == "pvalue" else {}
-            ax.plot(ms, vals, **{"marker": "o", **style}, label=crit)
+            if crit == "pvalue":
+                ax.plot(ms, vals, ls="--", marker="s", mfc="none", label=crit)
+            else:
+                ax.plot(ms, vals, marker="o", label=crit)
     ax.set_xlabel("m (selected PCs)")
     ax.set_ylabel(metric)
     ax.set_title("EVR vs p-value PC selection", fontsize="medium")

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from sidecar.errors import ConfigError, DataError
-from sidecar.training._fitting import fixed_fit
+from sidecar.training._fitting import fixed_fit, with_balanced_threshold
 from sidecar.training._grid import MAX_DIMS, default_grid
 from sidecar.training._job import TrainConfig, TrainInputs, TrainResult, grouped_splits
 from sidecar.training._metrics import paper_accuracy
@@ -102,6 +102,8 @@ def report_data(
                         pca_method=cfg.pca_method,
                         final=False,
                     )
+                    if cfg.threshold_rule == "balanced":  # as the shipped model's figures
+                        mm = with_balanced_threshold(mm, splits)
                 except (ConfigError, DataError):
                     continue
                 pts.append(
@@ -115,7 +117,8 @@ def report_data(
             curve[crit] = pts
         notes.append(
             "Accuracy against m is on a balanced validation sample at each model's "
-            "calibrated threshold; the other detectors use default parameters."
+            f"calibrated threshold (rule {cfg.threshold_rule!r}, as the shipped model's); "
+            "the other detectors use default parameters."
         )
     else:
         notes.append("No OOD training queries: ROC curves and accuracy against m need them.")

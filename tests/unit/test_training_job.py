@@ -148,6 +148,11 @@ def test_balanced_rule_reports_the_fit_only_model_at_its_balanced_threshold() ->
         paper_accuracy(s_id, s_ood, val_model.threshold)
     )
     assert result.model.params["threshold_rule"] == "balanced"
+    # the report's accuracy against m uses the same rule: at the shipped m and criterion
+    # it is the summary's figure (it was the frr threshold's)
+    data = report_data(inputs, cfg, result)
+    at_m = dict(data.m_curve[result.model.criterion])[4]
+    assert at_m == pytest.approx(result.validation["val_paper_accuracy"])
 
 
 def _paraphrased_inputs(rng: np.random.Generator) -> tuple[TrainInputs, np.ndarray]:

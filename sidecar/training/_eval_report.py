@@ -144,7 +144,8 @@ def _plot_heatmap(path: Path, report: Mapping[str, Any], dets: Sequence[str]) ->
     grid = np.array(
         [[float(report["kbs"][kb].get(d, {}).get("auroc", np.nan)) for kb in kbs] for d in dets]
     )
-    fig, ax = plt.subplots(figsize=(1.6 + 0.85 * len(kbs), 1.4 + 0.42 * len(dets)))
+    # at least room for the title and a readable colour bar (covid has one KB)
+    fig, ax = plt.subplots(figsize=(max(4.8, 1.6 + 0.85 * len(kbs)), 1.4 + 0.42 * len(dets)))
     lo = float(np.nanmin(grid)) if np.isfinite(grid).any() else 0.5
     im = ax.imshow(grid, cmap="viridis", vmin=min(lo, 0.99), vmax=1.0, aspect="auto")
     for i in range(len(dets)):
@@ -163,7 +164,7 @@ def _plot_heatmap(path: Path, report: Mapping[str, Any], dets: Sequence[str]) ->
     ax.set_xticks(range(len(kbs)), kbs, rotation=35, ha="right", fontsize=8)
     ax.set_yticks(range(len(dets)), dets, fontsize=8)
     ax.set_title("AUROC per KB (rows: best mean first)", fontsize="medium")
-    fig.colorbar(im, ax=ax, fraction=0.03, pad=0.02)
+    fig.colorbar(im, ax=ax, fraction=0.04, pad=0.02, aspect=40)
     fig.tight_layout()
     fig.savefig(path, dpi=_DPI)
     plt.close(fig)
@@ -214,7 +215,7 @@ def _plot_protocol(path: Path, table: Mapping[str, Any]) -> None:
         ax.text(float(xi), max(e, p) + 0.01, f"{p - e:+.3f}", ha="center", fontsize=8)
     ax.set_xticks(x, dets, rotation=20, fontsize=8)
     ax.set_ylim(max(0.0, min(evr + pv, default=0.0) - 0.1), 1.12)
-    ax.set_ylabel("balanced-sample accuracy", fontsize=8)
+    ax.set_ylabel("accuracy on a balanced sample (paper_accuracy)", fontsize=8)
     ax.set_title(f"PC selection at m = {table.get('m')}: p-value minus EVR", fontsize="medium")
     ax.legend(fontsize=8, loc="upper center", ncol=2, frameon=False)
     fig.tight_layout()
@@ -327,11 +328,18 @@ def write_eval_report(report: Mapping[str, Any], out_dir: str | Path) -> Path:
         lines.append("")
 
     keys = METRIC_KEYS
-    lines += ["## Means over the KBs", "", "| detector | " + " | ".join(keys) + " |"]
+    lines += [
+        "## Means over the KBs",
+        "",
+        "Every column is the mean of the per-KB figures, `dims` too (the targets give the",
+        "largest).",
+        "",
+        "| detector | " + " | ".join(keys) + " |",
+    ]
     lines.append("|---" * (len(keys) + 1) + "|")
     for d in dets:
         row = report["mean"][d]
-        specs = {"dims": ".0f", "us_per_query": ".1f"}
+        specs = {"dims": ".1f", "us_per_query": ".1f"}
         cells = [_fmt(row.get(k, ""), specs.get(k, ".4f")) for k in keys]
         lines.append(f"| {d} | " + " | ".join(cells) + " |")
     lines.append("")
@@ -372,6 +380,9 @@ def write_eval_report(report: Mapping[str, Any], out_dir: str | Path) -> Path:
         lines += [f"## p-value vs EVR PC selection (m = {table.get('m')})", ""]
         lines += ["![p-value vs EVR](pvalue_vs_evr.png)", ""]
         lines += [
+            "EVR and p-value columns: accuracy on a balanced ID/OOD sample (`paper_accuracy`,",
+            "the paper's protocol) at each model's calibrated threshold, mean over the KBs.",
+            "",
             "| detector | EVR | p-value | p-value minus EVR | KBs where p-value wins "
             "| AUROC difference |",
             "|---|---|---|---|---|---|",

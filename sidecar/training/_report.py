@@ -172,7 +172,8 @@ def write_report(data: ReportData, out_dir: str | Path, *, m_metric: str = "accu
     if data.histogram is not None:
         name, s_id, s_ood, thr = data.histogram
         _plot_hist(out / "scores.png", name, s_id, s_ood, thr)
-        lines += ["## Score histograms (validation, ID vs OOD)", "", "![scores](scores.png)", ""]
+        which = "ID vs OOD" if len(s_ood) else "ID only: no OOD queries"
+        lines += [f"## Score histograms (validation, {which})", "", "![scores](scores.png)", ""]
     if any(data.m_curve.values()):
         _plot_m_curve(out / "m_curve.png", data.m_curve, m_metric)
         title = f"{m_metric[:1].upper()}{m_metric[1:]} against m (EVR vs p-value)"
@@ -184,7 +185,8 @@ def write_report(data: ReportData, out_dir: str | Path, *, m_metric: str = "accu
         lines += [
             "## Selected principal components",
             "",
-            "Each PC with the KB documents at its positive and negative ends.",
+            "Each PC with the KB documents at its positive and negative ends. PCs are",
+            "numbered from 0 in order of explained variance.",
             "",
         ]
         for pc in data.pcs:
@@ -222,21 +224,35 @@ def _m_table(curves: Mapping[str, list[tuple[int, float]]]) -> list[str]:
 def _search_table(rows: Sequence[Mapping[str, Any]], criterion: str = "") -> list[str]:
     """The search's candidates; ``criterion`` names the one criterion of rows without their own."""
     oof = any("finalist" in r for r in rows)
-    out = [
-        "## Search (validation split)",
-        "",
-        "Every candidate, fitted on the fit part and scored on the validation part. The",
-        "candidates within one standard error of the best validation AUROC are the shortlist.",
-    ]
-    if oof:
-        per = "within each criterion, " if any(r.get("criterion") for r in rows) else ""
+    auto = any(r.get("criterion") for r in rows)
+    out = ["## Search (validation split)", ""]
+    if not any(isinstance(r.get("val_auroc"), float) for r in rows):
         out += [
-            f"Each finalist (the first {MAX_FINALISTS} of the shortlist) was also scored out of",
-            f"fold on the ID and OOD training queries; {per}the kept one (**picked**) has the",
-            "best out-of-fold balanced accuracy at its own calibrated threshold.",
+            "Without OOD queries in the validation split there is no validation AUROC to",
+            "rank the candidates: the first candidate of the grid that fits is kept.",
         ]
     else:
-        out += ["The kept one (**picked**) has the fewest dimensions of the shortlist."]
+        out += [
+            "Every candidate, fitted on the fit part and scored on the validation part. The",
+            "candidates within one standard error of the best validation AUROC are the",
+            "shortlist, fewest dimensions first.",
+        ]
+        if oof:
+            out += [
+                f"Each finalist (the first {MAX_FINALISTS} of the shortlist) was also scored",
+                "out of fold on the ID and OOD training queries; the kept one has the best",
+                "out-of-fold balanced accuracy at its own calibrated threshold.",
+            ]
+        else:
+            out += ["The kept one has the fewest dimensions of the shortlist."]
+    if auto:
+        how = "out-of-fold balanced accuracy" if oof else "validation AUROC"
+        out += [
+            "",
+            "`--criterion auto`: each criterion was searched on its own and kept one",
+            f"candidate; the two were compared by {how} (a tie goes to p-value).",
+            "**picked** is the one shipped, *best evr* or *best pvalue* the other criterion's.",
+        ]
     head = "| criterion | m | parameters | residual k | dims | validation AUROC |"
     rule = "|---|---|---|---|---|---|"
     if oof:
@@ -248,8 +264,10 @@ def _search_table(rows: Sequence[Mapping[str, Any]], criterion: str = "") -> lis
         auc = r.get("val_auroc")
         shown = f"{auc:.4f}" if isinstance(auc, float) else str(r.get("skipped", ""))
         kept = "**picked**" if r.get("picked") else ""
+        if r.get("criterion_pick"):
+            kept = f"*best {r.get('criterion')}*"
         line = (
-            f"| {r.get('criterion') or criterion} | {r.get('m')} | {_cell(params, 80)} | "
+            f"| {r.get('criterion') or criterion} | {r.get('m')} | {_cell(params, 120)} | "
             f"{r.get('residual_ks') or ''} | "
             f"{r.get('dims', '')} | {_cell(shown, 60)} |"
         )

@@ -205,7 +205,13 @@ def search(
 
             win = max(CRITERIA, key=ranked)  # the first of CRITERIA (p-value) on a tie
             rows = [
-                {**row, "criterion": c, "picked": c == win and bool(row.get("picked"))}
+                {
+                    **row,
+                    "criterion": c,
+                    "picked": c == win and bool(row.get("picked")),
+                    # the other criterion's own pick, compared with the winner and beaten
+                    "criterion_pick": c != win and bool(row.get("picked")),
+                }
                 for c in CRITERIA
                 for row in runs[c].table
             ]

@@ -122,6 +122,17 @@ def report_data(
         )
     else:
         notes.append("No OOD training queries: ROC curves and accuracy against m need them.")
+    if cfg.criterion == "auto" and model.criterion != "auto":
+        notes.append(
+            f"Criterion auto: {model.criterion} was kept (see the search table)."
+            if has_val_ood
+            else "Criterion auto: without OOD training queries the PCs are chosen by EVR."
+        )
+    elif cfg.criterion != model.criterion:
+        notes.append(
+            f"Criterion {cfg.criterion} was asked for; the PCs were chosen by "
+            f"{model.criterion}: p-value selection needs OOD training queries."
+        )
     notes.append(
         "Validation figures (val_* metrics, ROC curves, histograms, accuracy against m) "
         "come from models fitted without the validation split, each at its own threshold; "
@@ -152,6 +163,7 @@ def report_data(
         "encoder": inputs.encoder["name"],
         "detector": model.detector_name,
         "criterion": model.criterion,
+        **({"criterion_requested": cfg.criterion} if cfg.criterion != model.criterion else {}),
         "m": model.m,
         "dims": model.dims,
         "selected_pcs": [int(p) for p in model.selected_pcs],

@@ -237,3 +237,41 @@ def test_train_names_its_steps_and_the_grouping_as_it_goes() -> None:
     train(_inputs(), TrainConfig(m=4), tick=steps.append)
     assert steps[0] == "split" and steps[-1] == "search"
     assert "grouping ID queries 80/80" in steps and "grouping OOD queries 80/80" in steps
+
+
+def _search_rows(page: str) -> list[str]:
+    section = page.split("## Search (validation split)")[1].split("\n## ")[0]
+    return [line for line in section.splitlines() if line.startswith("| ") and "---" not in line]
+
+
+def test_auto_report_marks_each_criterions_pick_and_says_how_they_were_compared(
+    tmp_path: Path,
+) -> None:
+    inputs = _inputs()
+    cfg = TrainConfig(detector="logreg", m_range=(2, 8), criterion="auto")
+    result = train(inputs, cfg)
+    data = report_data(inputs, cfg, result)
+    page = write_report(data, tmp_path).read_text()
+    rows = _search_rows(page)
+    shipped = result.model.criterion
+    other = {"evr": "pvalue", "pvalue": "evr"}[shipped]
+    (kept,) = [r for r in rows if "**picked**" in r]
+    (beaten,) = [r for r in rows if f"*best {other}*" in r]
+    assert kept.split(" | ")[0] == f"| {shipped}" and beaten.split(" | ")[0] == f"| {other}"
+    assert "each criterion was searched on its own" in page
+    assert data.summary["criterion"] == shipped
+    assert data.summary["criterion_requested"] == "auto"
+
+
+def test_report_without_ood_says_no_auroc_ranked_the_candidates(tmp_path: Path) -> None:
+    inputs = replace(_inputs(), ood_queries=None)
+    cfg = TrainConfig(detector="epsilon_ball", m=4)  # criterion pvalue, the default
+    result = train(inputs, cfg)
+    data = report_data(inputs, cfg, result)
+    page = write_report(data, tmp_path).read_text()
+    assert "there is no validation AUROC" in page
+    assert "within one standard error" not in page
+    assert "Score histograms (validation, ID only: no OOD queries)" in page
+    assert data.summary["criterion"] == "evr"
+    assert data.summary["criterion_requested"] == "pvalue"
+    assert any("p-value selection needs OOD training queries" in n for n in data.notes)

@@ -1,4 +1,5 @@
-"""Ablation behind tests/benchmarks/pvalue_preprocessing_dev.json (not a test; run by hand).
+"""Ablation behind tests/benchmarks/pvalue_preprocessing_dev.json and
+tests/benchmarks/pvalue_spread_dev.json (not a test; run by hand).
 
 Does the reference implementation's preprocessing change the paper's p-value-vs-EVR
 comparison? Its code (github.com/toastedqu/rag_safety_pca) z-scores the KB embeddings
@@ -10,7 +11,9 @@ each variant and prints p-value minus EVR per detector::
     python tests/benchmarks/pvalue_preprocessing.py clinc150 raw,std,std_bal \
         --data-dir ../shared/data --json out.json
 
-The variants swap one piece of the pipeline in this process only (see ``VARIANTS``).
+The variants swap one piece of the pipeline in this process only (see ``VARIANTS``):
+the preprocessing, or the per-PC test (``raw_spread`` and ``raw_locscale`` add a test of
+spread, which a t-test on the values cannot see).
 Benchmarks whose KBs have no training queries (covid is cross-fitted) are not supported.
 """
 
@@ -39,6 +42,8 @@ VARIANTS = {
     "std_bal": "std + class-balanced t-test",
     "paper": "the reference code: PCs of z-scored KB embeddings, unscaled queries projected",
     "paper_bal": "paper + class-balanced t-test",
+    "raw_spread": "spread only: Welch t-test on |z - class median| per PC (Brown-Forsythe)",
+    "raw_locscale": "the lower of the Welch p-values on z and on |z - class median| per PC",
 }
 
 
@@ -50,6 +55,35 @@ def _balanced_pvalue(Z_id: np.ndarray, Z_ood: np.ndarray, m: int) -> np.ndarray:
         return Z[np.sort(rng.choice(len(Z), n, replace=False))] if len(Z) > n else Z
 
     return select_pvalue(cut(Z_id), cut(Z_ood), m)
+
+
+def _spread_test(Z_id: np.ndarray, Z_ood: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """|t| and p of a Welch t-test on absolute deviations from each class's median."""
+    from scipy.stats import ttest_ind
+
+    A = np.abs(Z_id - np.median(Z_id, axis=0))
+    B = np.abs(Z_ood - np.median(Z_ood, axis=0))
+    t, p = ttest_ind(A, B, axis=0, equal_var=False)
+    return np.nan_to_num(np.abs(t)), np.nan_to_num(p, nan=1.0)
+
+
+def _lowest_p(t: np.ndarray, p: np.ndarray, m: int) -> np.ndarray:
+    """The ``m`` lowest p-values, ties by larger |t|, then lower index (as select_pvalue)."""
+    return np.asarray(np.lexsort((np.arange(len(p)), -t, p))[:m], dtype=np.int64)
+
+
+def _spread_pvalue(Z_id: np.ndarray, Z_ood: np.ndarray, m: int) -> np.ndarray:
+    return _lowest_p(*_spread_test(np.asarray(Z_id), np.asarray(Z_ood)), m)
+
+
+def _locscale_pvalue(Z_id: np.ndarray, Z_ood: np.ndarray, m: int) -> np.ndarray:
+    from scipy.stats import ttest_ind
+
+    A, B = np.asarray(Z_id), np.asarray(Z_ood)
+    t_loc, p_loc = ttest_ind(A, B, axis=0, equal_var=False)
+    t_loc, p_loc = np.nan_to_num(np.abs(t_loc)), np.nan_to_num(p_loc, nan=1.0)
+    t_sc, p_sc = _spread_test(A, B)
+    return _lowest_p(np.maximum(t_loc, t_sc), np.minimum(p_loc, p_sc), m)
 
 
 @contextmanager
@@ -66,6 +100,10 @@ def _variant(name: str) -> Iterator[None]:
 
     if name.endswith("_bal"):
         fit_module.select_pvalue = _balanced_pvalue
+    if name == "raw_spread":
+        fit_module.select_pvalue = _spread_pvalue
+    if name == "raw_locscale":
+        fit_module.select_pvalue = _locscale_pvalue
     if name.startswith("paper"):
         KBSubspace.fit = paper_fit  # type: ignore[method-assign]
     try:

@@ -272,22 +272,21 @@ def _place_labels(fig: Any, ax: Any, pts: Sequence[tuple[str, float, float]]) ->
     frame = ax.get_window_extent(renderer)
     placed: list[Any] = []
     boxes: list[Any] = []
+
+    def free(box: Any) -> bool:
+        inside = frame.x0 <= box.x0 and box.x1 <= frame.x1
+        inside = inside and frame.y0 <= box.y0 and box.y1 <= frame.y1
+        return inside and not any(box.overlaps(b) for b in boxes)
+
     for name, x, y in pts:
-        for offset, ha in _LABEL_SPOTS:
+        for spot, (offset, ha) in enumerate((*_LABEL_SPOTS, _LABEL_SPOTS[0])):
             text = ax.annotate(
                 name, (x, y), textcoords="offset points", xytext=offset, fontsize=7, ha=ha
             )
             box = text.get_window_extent(renderer).expanded(1.05, 1.1)
-            inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0
-            if inside and box.y1 <= frame.y1 and not any(box.overlaps(b) for b in boxes):
+            if spot == len(_LABEL_SPOTS) or free(box):  # the last try is the fallback
                 break
             text.remove()
-        else:
-            offset, ha = _LABEL_SPOTS[0]
-            text = ax.annotate(
-                name, (x, y), textcoords="offset points", xytext=offset, fontsize=7, ha=ha
-            )
-            box = text.get_window_extent(renderer)
         placed.append(text)
         boxes.append(box)
     return placed

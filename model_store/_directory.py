@@ -76,6 +76,14 @@ def _sync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _holds_version(versions: Path) -> bool:
+    """Whether a KB's ``versions`` folder lists a stored version (not a put's temp dir)."""
+    return any(
+        p.is_dir() and not p.name.startswith(_TMP) and (p / META_FILE).is_file()
+        for p in versions.iterdir()
+    )
+
+
 def _write_atomic(path: Path, data: bytes) -> None:
     tmp = path.with_name(f"{_TMP}{path.name}.{uuid.uuid4().hex}")
     _write_synced(tmp, data)
@@ -181,13 +189,17 @@ class DirectoryStore:
                 return version
             tmp = d / "versions" / f"{_TMP}{version}.{uuid.uuid4().hex}"
             tmp.mkdir(parents=True)
-            # On disk before it is listed: after a power loss, put() would find a listed
-            # but truncated version and never write it again.
-            _write_synced(tmp / ARRAYS_FILE, arrays_bytes)
-            _write_synced(tmp / MANIFEST_FILE, manifest_bytes)
-            _write_synced(tmp / META_FILE, json.dumps(meta).encode())
-            _sync_dir(tmp)
-            os.rename(tmp, target)  # listed from here on
+            try:
+                # On disk before it is listed: after a power loss, put() would find a
+                # listed but truncated version and never write it again.
+                _write_synced(tmp / ARRAYS_FILE, arrays_bytes)
+                _write_synced(tmp / MANIFEST_FILE, manifest_bytes)
+                _write_synced(tmp / META_FILE, json.dumps(meta).encode())
+                _sync_dir(tmp)
+                os.rename(tmp, target)  # listed from here on
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)  # a full disk keeps nothing half-written
+                raise
             _sync_dir(target.parent)
         log.info("stored version %s of KB %s in %s", version, kb, self.root)
         return version
@@ -251,8 +263,13 @@ class DirectoryStore:
         return [v for _, v in sorted(found)]
 
     def kbs(self) -> list[str]:
+        """KBs with a stored version or a pointer (a put that failed leaves neither)."""
         return sorted(
-            p.name for p in self.root.iterdir() if p.is_dir() and (p / "versions").is_dir()
+            p.name
+            for p in self.root.iterdir()
+            if p.is_dir()
+            and (p / "versions").is_dir()
+            and ((p / "state.json").is_file() or _holds_version(p / "versions"))
         )
 
     # -- pointer --------------------------------------------------------------------------

@@ -313,6 +313,36 @@ def test_directory_gc_sweeps_what_an_interrupted_put_left(tmp_path) -> None:
     assert not stale.exists() and fresh.exists()
 
 
+def test_a_directory_put_that_fails_leaves_no_kb_and_no_half_version(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from model_store import _directory
+
+    store, version, _ = _stored(tmp_path)
+    writes = []
+
+    def disk_full(path, data: bytes) -> None:  # type: ignore[no-untyped-def]
+        writes.append(path)
+        if len(writes) == 2:  # the arrays are on disk, the manifest is not
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(path, data)
+
+    real = _directory._write_synced
+    monkeypatch.setattr(_directory, "_write_synced", disk_full)
+    other = build_artifact(
+        kb="other", encoder={"name": "e", "dim": 2}, model={"kind": "x"}, arrays={"a": np.ones(3)}
+    )
+    with pytest.raises(OSError, match="No space left"):
+        store.put(other)
+    assert len(writes) == 2
+    # Nothing of the failed put is listed or left on disk; the stored KB is untouched.
+    assert store.kbs() == ["kb"] and store.versions("other") == []
+    assert list((tmp_path / "store" / "other" / "versions").iterdir()) == []
+    assert store.versions("kb") == [version]
+
+
 def test_directory_commands_on_an_unknown_kb_leave_no_folder(tmp_path) -> None:
     from model_store import ArtifactNotFound
 

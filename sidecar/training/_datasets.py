@@ -93,11 +93,17 @@ def _without(texts: Sequence[str], held_out: Sequence[str]) -> list[str]:
 
 
 def _split_kb(texts: Sequence[str], kb_fraction: float, seed: int) -> tuple[list[str], list[str]]:
-    """Split distinct texts into (KB documents, ID training queries), seeded."""
+    """Split distinct texts into (KB documents, ID training queries), seeded.
+
+    No text is both: a query that equals a KB document after :func:`norm_text` (the same
+    utterance in other case or punctuation) is dropped rather than moved, so the seeded
+    split of every other text stays where it was.
+    """
     uniq = _dedupe(texts)
     random.Random(seed).shuffle(uniq)
     n_kb = round(len(uniq) * kb_fraction)
-    return sorted(uniq[:n_kb]), sorted(uniq[n_kb:])
+    kb = uniq[:n_kb]
+    return sorted(kb), sorted(_without(uniq[n_kb:], kb))
 
 
 def _check_split(split: str) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from sidecar.errors import ConfigError, DataError
 from sidecar.training import load_benchmark, load_clinc150, load_covid, load_stackexchange
-from sidecar.training._datasets import STACKEXCHANGE_SITES
+from sidecar.training._datasets import STACKEXCHANGE_SITES, _split_kb, norm_text
 
 
 def _clinc(root: Path, *, test: bool = False) -> None:
@@ -50,6 +50,21 @@ def test_clinc150_dev_layout(tmp_path: Path) -> None:
     assert bank.id_eval == ("bank v1",)
     assert set(bank.ood_eval) == {"travel v1", "oos v1"}
     assert set(bank.ood_train) == {f"travel q{i}" for i in range(6)} | {"oos t1", "oos t2"}
+
+
+def test_split_kb_never_puts_one_utterance_on_both_sides() -> None:
+    # Forty utterances, each also written in other case and punctuation: whichever side a
+    # variant lands on, no query may equal a KB document once case and punctuation go.
+    plain = [f"how do i reset pin {i}" for i in range(40)]
+    texts = plain + [f"How do I reset PIN {i}?" for i in range(40)]
+    kb, queries = _split_kb(texts, 0.5, seed=3)
+    assert queries, "some utterances must remain as ID training queries"
+    assert {norm_text(t) for t in kb}.isdisjoint(norm_text(t) for t in queries)
+    # Only the clashing variants are dropped: the KB is the same as without the rule, and
+    # every distinct utterance is still on one side or the other.
+    assert {norm_text(t) for t in kb} | {norm_text(t) for t in queries} == set(plain)
+    kb_only, _ = _split_kb(texts + texts, 0.5, seed=3)
+    assert kb_only == kb
 
 
 def test_clinc150_test_split_uses_test_keys(tmp_path: Path) -> None:

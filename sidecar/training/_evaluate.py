@@ -333,6 +333,8 @@ def evaluate_benchmark(
         "leakage_guards": {
             "training_texts_equal_to_evaluation_texts": "removed (lower-cased, "
             "punctuation and spacing ignored)",
+            "id_training_queries_equal_to_kb_documents": "removed where both come from one "
+            "pool of utterances (clinc150, stackexchange), compared the same way",
             "cross_fit_folds": (
                 f"whole groups: paraphrase pairs, and near-duplicates at cosine >= "
                 f"{NEAR_DUPLICATE_COS}, in the folds and in the training splits; a "

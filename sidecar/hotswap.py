@@ -83,7 +83,7 @@ def _check_threshold(model: SwappableModel) -> None:
 
 def warm_up(model: SwappableModel, dim: int) -> None:
     """Raise ArtifactRejected unless ``model`` can serve: a finite threshold, and finite
-    scores for two probe embeddings of ``dim`` dims.
+    scores for two probe embeddings of ``dim`` dims (scoring them must not fail).
 
     One probe touches every coordinate, so a NaN anywhere in the arrays the model
     multiplies shows; the other is a unit axis. A model that cannot score them would
@@ -93,7 +93,11 @@ def warm_up(model: SwappableModel, dim: int) -> None:
     probe = np.zeros((2, dim), dtype=np.float32)
     probe[0] = 1.0 / np.sqrt(dim)
     probe[1, 0] = 1.0
-    scores = np.asarray(model.score(probe))
+    try:
+        scores = np.asarray(model.score(probe))
+    except Exception as exc:  # arrays whose checksums hold but whose shapes do not fit
+        why = (str(exc) or type(exc).__name__).splitlines()[0][:300]
+        raise ArtifactRejected(f"the model cannot score a probe query: {why}") from exc
     if scores.shape != (2,) or not np.all(np.isfinite(scores)):
         raise ArtifactRejected(
             f"warm-up scores have shape {scores.shape} or are not finite "

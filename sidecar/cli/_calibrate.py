@@ -26,6 +26,7 @@ from sidecar.cli._models import (
     _open,
     _settings,
     _store_options,
+    servable_model,
 )
 from sidecar.cli._options import (
     cache_dir_option,
@@ -91,7 +92,7 @@ def calibrate_command(**opts: Any) -> None:
     """
     from model_store import load_dir, save_dir
     from sidecar.errors import ConfigError
-    from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel, recalibrate
+    from sidecar.scoring import DEFAULT_TARGET_FRR, recalibrate
     from sidecar.settings import load_settings
 
     if not opts["out"] and not opts["publish"]:
@@ -130,7 +131,7 @@ def calibrate_command(**opts: Any) -> None:
         check_artifact_kb(art, opts["artifact"], opts["kb"])
     else:
         art, _ = read_model(None, kb_name, opts["ref"], store_dir, redis_url, kb_name)
-    model = OODModel.from_artifact(art)
+    model = servable_model(art, refused="nothing was recalibrated")
     embed = QueryEmbeddings.from_options(model, settings, opts)
     E = embed(opts["id_queries"], opts["id_embeddings"], "ID")
     target = opts["target_frr"] or float(model.params.get("target_frr") or DEFAULT_TARGET_FRR)

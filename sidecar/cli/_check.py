@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from sidecar.cli._model_inputs import model_options
-from sidecar.cli._models import _open, _store_options
+from sidecar.cli._models import _open, _store_options, servable_model
 from sidecar.cli._options import (
     cache_dir_option,
     check_output_dir,
@@ -108,7 +108,6 @@ def check_command(**opts: Any) -> None:
     from model_store import ArtifactNotFound
     from sidecar.cli._model_inputs import QueryEmbeddings, read_model
     from sidecar.errors import ConfigError
-    from sidecar.scoring import OODModel
     from sidecar.settings import load_settings
     from sidecar.training._holdout import Gate, holdout_figures
 
@@ -160,7 +159,7 @@ def check_command(**opts: Any) -> None:
         art, version = read_model(opts["artifact"], opts["kb"], "active", None, None, default_kb)
     else:
         art, version = read_model(None, opts["kb"], ref, store_dir, redis_url, default_kb)
-    model = OODModel.from_artifact(art)
+    model = servable_model(art, refused="nothing was checked")
     other = None
     if opts["against"]:
         # the store of --store-dir / --redis-url / settings, with or without --artifact
@@ -174,7 +173,7 @@ def check_command(**opts: Any) -> None:
             # a first release has nothing to compare with; the gates still judge it
             click.echo(f"against {opts['against']}: KB {model.kb!r} has no such version yet")
         else:
-            other = (OODModel.from_artifact(other_art), other_version)
+            other = (servable_model(other_art, refused="nothing was checked"), other_version)
     if other is not None and other[0].encoder != model.encoder:
         raise ConfigError(
             f"--against {opts['against']} was built with encoder {other[0].encoder}, the "

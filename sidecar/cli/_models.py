@@ -130,12 +130,15 @@ def _open(
     return _opened(settings, create=create and not read_only)
 
 
-def _check_loadable(artifact: Artifact, *, refused: str) -> None:
-    """Raise :class:`~model_store.IncompatibleArtifact` unless a worker can load ``artifact``.
+def servable_model(artifact: Artifact, *, refused: str) -> Any:
+    """The :class:`~sidecar.scoring.OODModel` of ``artifact``, checked as a worker checks
+    it before it swaps (:func:`~sidecar.hotswap.warm_up`); else
+    :class:`~model_store.IncompatibleArtifact`.
 
     Checksums and signature say the bytes are intact, not that the model section makes
-    sense; a version no worker can load must never become active. ``refused`` says what
-    did not happen ("nothing was imported").
+    sense or that its arrays fit together; a version no worker can load must never become
+    active, and no command should crash on one. ``refused`` says what did not happen
+    ("nothing was imported").
     """
     from model_store import ArtifactRejected, IncompatibleArtifact
     from sidecar.hotswap import warm_up
@@ -143,11 +146,12 @@ def _check_loadable(artifact: Artifact, *, refused: str) -> None:
 
     try:
         model = OODModel.from_artifact(artifact)
-        warm_up(model, int(model.encoder["dim"]))  # what a worker checks before it swaps
+        warm_up(model, int(model.encoder["dim"]))
     except ArtifactRejected as exc:
         raise IncompatibleArtifact(
             f"{artifact.kb}/{artifact.version} is not a loadable model: {exc}; {refused}"
         ) from exc
+    return model
 
 
 _any_encoder_option = click.option(
@@ -322,7 +326,7 @@ def promote_command(
     with _opened(settings, create=False) as store:
         v = _resolve(store, kb, version)
         artifact = store.get(kb, v)
-        _check_loadable(artifact, refused="nothing was promoted")
+        servable_model(artifact, refused="nothing was promoted")
         if not any_encoder:
             _check_encoder(artifact, settings, refused="nothing was promoted")
         event = store.promote(kb, v)
@@ -418,7 +422,7 @@ def import_command(
     settings = _settings(store_dir, redis_url)
     # Verified before the store is opened: a rejected artifact needs no connection.
     artifact = _load_for_import(directory, signing_key(settings), allow_unsigned=allow_unsigned)
-    _check_loadable(artifact, refused="nothing was imported")
+    servable_model(artifact, refused="nothing was imported")
     if promote and not any_encoder:
         _check_encoder(artifact, settings, refused="nothing was imported")
     with _opened(settings, create=True) as store:

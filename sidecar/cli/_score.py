@@ -19,7 +19,7 @@ import click
 
 from sidecar._input_files import input_file
 from sidecar.cli._model_inputs import read_model
-from sidecar.cli._models import _store_options, _version_option
+from sidecar.cli._models import _store_options, _version_option, servable_model
 from sidecar.cli._root import main
 
 _TEXT_WIDTH = 70
@@ -147,11 +147,11 @@ def _score(settings: Any, art: Any, version: str, values: list[bytes]) -> Any:
     import asyncio
 
     from sidecar.hotswap import LoadedModel
-    from sidecar.scoring import OODModel, load_encoder
+    from sidecar.scoring import load_encoder
     from sidecar.stream._batch import BatchScorer
     from sidecar.stream._records import InputPolicy, Raw
 
-    model = OODModel.from_artifact(art)
+    model = servable_model(art, refused="nothing was scored")
     kb = model.kb
     # The worker's encoder: the model records only its name, which for a local directory
     # is the folder's name, not a path to load it from.

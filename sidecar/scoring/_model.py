@@ -119,6 +119,10 @@ class OODModel:
             raise DataError(
                 "the detector uses max-cosine or knn but the model has no KB embeddings"
             )
+        if self.kb_embeddings is not None:
+            shape = np.asarray(self.kb_embeddings).shape
+            if len(shape) != 2 or shape[0] < 1 or shape[1] != dim:
+                raise DataError(f"KB embeddings have shape {shape}, not (documents, {dim})")
         knn_ks = tuple(int(k) for k in getattr(self.detector, "knn_ks", ()) or ())
         if "knn" in inputs:
             n_kb = np.asarray(self.kb_embeddings).shape[0]
@@ -131,6 +135,11 @@ class OODModel:
             ood_bank = getattr(self.detector, "ood_bank_", None)
             if id_bank is None or ood_bank is None:
                 raise DataError("the detector uses labelled neighbours but has no banks")
+            for which, bank in (("ID", id_bank), ("OOD", ood_bank)):
+                if np.ndim(bank) != 2 or np.shape(bank)[1] != dim:
+                    raise DataError(
+                        f"{which} neighbour bank has shape {np.shape(bank)}, not (queries, {dim})"
+                    )
             n_min = min(len(id_bank), len(ood_bank))
             if not nb_ks or any(not 1 <= k <= n_min for k in nb_ks):
                 raise DataError(f"neighbour ks {nb_ks} out of range 1..{n_min}")

@@ -19,9 +19,9 @@ from sidecar.scoring import fit_ood_model
 pytestmark = pytest.mark.integration
 
 
-def _artifact(seed: int = 0) -> Artifact:
-    """A tiny real model (8 dims, logreg on 2 PCs) that a worker can load; ``seed`` varies
-    its content, hence its version."""
+def _artifact(seed: int = 0, detector: str = "logreg") -> Artifact:
+    """A tiny real model (8 dims, ``detector`` on 2 PCs) that a worker can load; ``seed``
+    varies its content, hence its version."""
     rng = np.random.default_rng(seed)
     return fit_ood_model(
         kb="demo",
@@ -31,7 +31,7 @@ def _artifact(seed: int = 0) -> Artifact:
         ood_embeddings=rng.normal(2.0, 1.0, size=(30, 8)),
         calibration_embeddings=rng.normal(size=(20, 8)),
         target_frr=0.1,
-        detector="logreg",
+        detector=detector,
         criterion="evr",
         m=2,
         k=4,
@@ -216,13 +216,16 @@ def _broken(model: dict[str, Any], arrays: dict[str, np.ndarray], what: str) -> 
         arrays["subspace.components"] = arrays["subspace.components"].copy()
         arrays["subspace.components"][0, -1] = np.nan
         return "not finite"
+    if what == "misfit-array":  # every checksum right, but no KB document to compare with
+        arrays["kb_embeddings"] = arrays["kb_embeddings"][:0]
+        return "KB embeddings have shape (0, 8)"
     arrays["detector.coef"] = arrays["detector.coef"][:1]  # 1 weight for 2 features
     return "malformed"
 
 
 def _unloadable(what: str) -> tuple[Artifact, str]:
     """An artifact whose checksums are right (built afresh) but that no worker can load."""
-    good = _artifact()
+    good = _artifact(detector="combined" if what == "misfit-array" else "logreg")
     model = json.loads(json.dumps(good.manifest["model"]))
     arrays = dict(good.arrays)
     problem = _broken(model, arrays, what)
@@ -235,7 +238,7 @@ def _store(where: list[str]) -> ModelStore:
     return DirectoryStore(Path(value)) if flag == "--store-dir" else RedisStore(value)
 
 
-@pytest.mark.parametrize("what", ["kind", "threshold", "short-array", "nan-array"])
+@pytest.mark.parametrize("what", ["kind", "threshold", "short-array", "nan-array", "misfit-array"])
 def test_an_unloadable_model_is_neither_imported_nor_promoted(
     tmp_path: Path, where: list[str], what: str, one_error_line: Callable[[Result], str]
 ) -> None:
@@ -277,3 +280,25 @@ def test_a_redis_that_refuses_the_credentials_says_so_without_retrying(
             assert "not-it" not in line
         right = base.replace("redis://", f"redis://:{password}@")
         assert "no versions" in run("models", "list", "--redis-url", right)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["score", "hello"],
+        ["check", "--id-embeddings", "{ids}"],
+        ["calibrate", "--id-embeddings", "{ids}", "--out", "{out}"],
+    ],
+)
+@pytest.mark.parametrize("what", ["misfit-array", "nan-array"])
+def test_commands_that_read_an_artifact_refuse_an_unservable_one_in_one_line(
+    tmp_path: Path, command: list[str], what: str, one_error_line: Callable[[Result], str]
+) -> None:
+    bad, problem = _unloadable(what)
+    directory = save_dir(bad, tmp_path / "bad")
+    ids = tmp_path / "ids.npy"
+    np.save(ids, np.random.default_rng(1).normal(size=(120, 8)).astype(np.float32))
+    args = [a.format(ids=ids, out=tmp_path / "recal") for a in command]
+    line = one_error_line(CliRunner().invoke(main, [*args, "--artifact", str(directory)]))
+    assert "not a loadable model" in line and problem in line
+    assert not (tmp_path / "recal").exists()

@@ -343,3 +343,12 @@ async def test_stop_ends_even_when_the_client_swallows_cancellation() -> None:
     async with asyncio.timeout(5):
         await w.stop()
     assert holder.ready()  # stopping keeps the models
+
+
+def test_warm_up_turns_a_scoring_failure_into_a_refusal() -> None:
+    from model_store import ArtifactRejected
+
+    broken = FakeModel(artifact(9, fail=True))
+    with pytest.raises(ArtifactRejected, match="cannot score a probe query: broken model"):
+        hotswap.warm_up(broken, 4)
+    hotswap.warm_up(FakeModel(artifact(10)), 4)  # one that scores passes

@@ -25,6 +25,28 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+@pytest.fixture(scope="session")
+def encoder_configs(tmp_path_factory: pytest.TempPathFactory) -> Callable[[int], Path]:
+    """``dim`` -> a directory holding only the sentence-transformers configs of a
+    ``dim``-wide encoder (no weights): what ``sidecar train --encoder`` reads a model's
+    width from when it trains on synthetic embeddings of that width."""
+    import json
+
+    def make(dim: int) -> Path:
+        directory = tmp_path_factory.getbasetemp() / f"encoder-{dim}d"  # one per width
+        (directory / "1_Pooling").mkdir(parents=True, exist_ok=True)
+        modules = [
+            {"idx": 0, "path": "", "type": "sentence_transformers.models.Transformer"},
+            {"idx": 1, "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        ]
+        (directory / "modules.json").write_text(json.dumps(modules))
+        pooling = {"word_embedding_dimension": dim, "pooling_mode_mean_tokens": True}
+        (directory / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+        return directory
+
+    return make
+
+
 def _one_error_line(result: Result) -> str:
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output

@@ -169,7 +169,7 @@ def _check_encoder(artifact: Artifact, settings: Settings, *, refused: str) -> N
     afterwards has none at all and answers every query with its fail mode.
     """
     from model_store import IncompatibleArtifact
-    from sidecar.scoring._encoder import encoder_label
+    from sidecar.scoring._encoder import encoder_dim, encoder_label
 
     want = encoder_label(settings.scoring.encoder)
     got = str(artifact.encoder.get("name"))
@@ -178,6 +178,13 @@ def _check_encoder(artifact: Artifact, settings: Settings, *, refused: str) -> N
             f"{artifact.kb}/{artifact.version} was built with encoder {got!r}, but the "
             f"workers' scoring.encoder is {want!r}; {refused} (set scoring.encoder as the "
             "workers do, or pass --any-encoder)"
+        )
+    width, dim = encoder_dim(settings.scoring.encoder), artifact.encoder.get("dim")
+    if width is not None and dim != width:
+        raise IncompatibleArtifact(
+            f"{artifact.kb}/{artifact.version} has {dim}-dim embeddings, but the workers' "
+            f"encoder {want!r} gives {width}; {refused} (pass --any-encoder to promote it "
+            "anyway)"
         )
 
 

@@ -76,6 +76,43 @@ def encoder_label(name: str) -> str:
     return path.resolve().name if path.is_dir() else path.name
 
 
+_POOLING_MODES = (
+    "pooling_mode_cls_token",
+    "pooling_mode_mean_tokens",
+    "pooling_mode_max_tokens",
+    "pooling_mode_mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens",
+    "pooling_mode_lasttoken",
+)
+
+
+def encoder_dim(name: str) -> int | None:
+    """The embedding width of encoder setting ``name``, read from its directory's
+    sentence-transformers module configs without loading it (no torch); None when the
+    configs do not say (the encoder is not on this machine, or its modules are not the
+    Pooling / Dense kinds whose width they state).
+    """
+    import json
+
+    try:
+        path = Path(resolve_encoder_path(name)[1])
+        modules = json.loads((path / "modules.json").read_text())
+        dim = None
+        for module in sorted(modules, key=lambda m: int(m.get("idx", 0))):
+            kind = str(module.get("type", "")).rsplit(".", 1)[-1]
+            if kind not in ("Pooling", "Dense"):
+                continue
+            config = json.loads((path / str(module.get("path", "")) / "config.json").read_text())
+            if kind == "Dense":
+                dim = int(config["out_features"])
+            else:
+                modes = sum(bool(config.get(m)) for m in _POOLING_MODES)
+                dim = int(config["word_embedding_dimension"]) * max(modes, 1)
+        return dim
+    except (ConfigError, OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
 class _UnusableModel(ConfigError):
     """The encoder directory is not a model either backend can load."""
 

@@ -75,6 +75,7 @@ def load_inputs(
 
     t0 = time.perf_counter()
     name = str(opts.get("encoder") or settings.scoring.encoder)
+    width: int | None = None  # the encoder's embedding width, where it is known
     if docs is not None or id_texts is not None or ood_texts is not None:
         from sidecar.scoring import available_cpus, load_encoder
         from sidecar.training._cache import EmbeddingCache
@@ -88,17 +89,26 @@ def load_inputs(
             id_arr = cache.embed(id_texts, desc="encoding ID queries")
         if ood_texts is not None:
             ood_arr = cache.embed(ood_texts, desc="encoding OOD queries")
-        encoder = {"name": enc.name, "dim": enc.dim}
+        encoder: dict[str, Any] = {"name": enc.name, "dim": enc.dim}
+        width = enc.dim
     else:
-        from sidecar.scoring._encoder import resolve_encoder_path
+        from sidecar.scoring._encoder import encoder_dim, resolve_encoder_path
 
         assert kb_arr is not None
         encoder = {"name": resolve_encoder_path(name)[0], "dim": int(kb_arr.shape[1])}
+        _check_width(encoder, encoder_dim(name), publish=bool(opts.get("publish")))
     embed_s = time.perf_counter() - t0
     assert kb_arr is not None and id_arr is not None
-    for what, arr in (("ID", id_arr), ("OOD", ood_arr)):
-        if arr is not None and arr.shape[1] != kb_arr.shape[1]:
-            raise DataError(f"{what} embeddings have {arr.shape[1]} dims, the KB {kb_arr.shape[1]}")
+    dim = int(encoder["dim"])
+    for what, arr in (("KB", kb_arr), ("ID", id_arr), ("OOD", ood_arr)):
+        if arr is None or arr.shape[1] == dim:
+            continue
+        # Only a .npy can be off: texts were embedded at the encoder's width.
+        against = f"encoder {encoder['name']} gives" if width else "the KB embeddings have"
+        raise DataError(
+            f"{what} embeddings ({opts.get(f'{what.lower()}_embeddings')}) have "
+            f"{arr.shape[1]} dims, but {against} {dim}"
+        )
     kb_name = opts.get("kb_name") or settings.scoring.default_kb
     inputs = TrainInputs(
         kb_name=str(kb_name),
@@ -118,6 +128,23 @@ def load_inputs(
         0 if inputs.ood_queries is None else len(inputs.ood_queries),
     )
     return inputs, embed_s
+
+
+def _check_width(encoder: Mapping[str, Any], width: int | None, *, publish: bool) -> None:
+    """Embeddings given without texts must have the named encoder's width, where its
+    configs say it: workers embed queries with that encoder and refuse a model of another
+    width. Publishing such a model is refused; training one to a directory is warned about
+    (synthetic embeddings, or an encoder the workers will get through --encoder later)."""
+    if width is None or width == encoder["dim"]:
+        return
+    why = (
+        f"the KB embeddings have {encoder['dim']} dims, but encoder {encoder['name']} gives "
+        f"{width}: workers running it would refuse the model (pass --encoder with the "
+        "directory of the encoder that made the embeddings)"
+    )
+    if publish:
+        raise DataError(f"{why}; nothing was trained or published")
+    log.warning("%s", why)
 
 
 def demo_inputs_paths() -> dict[str, Path]:

@@ -23,7 +23,9 @@ def _unit(x: np.ndarray) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def setup(
+    tmp_path_factory: pytest.TempPathFactory, encoder_configs: Callable[[int], Path]
+) -> dict[str, Path]:
     """Embeddings (KB, training and held-out ID / OOD queries), an artifact directory and
     a directory store holding two versions of KB 'synthetic' (the second one active)."""
     root = tmp_path_factory.mktemp("check")
@@ -52,6 +54,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
                 *("--kb-embeddings", str(paths["kb"]), "--id-embeddings", str(paths["id"])),
                 *("--ood-embeddings", str(paths["ood"]), "--m", m, "--features", "pcs,residual"),
                 *("--kb-name", "synthetic", "--out", str(out), "--no-report", "--no-progress"),
+                *("--encoder", str(encoder_configs(DIM))),  # the width the embeddings have
                 *("--publish", "--store-backend", "directory", "--store-dir", str(paths["store"])),
             ],
         )
@@ -227,7 +230,10 @@ def test_training_queries_given_as_held_out_are_flagged(setup: dict[str, Path]) 
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["--id-embeddings", "{wide}"], "ID embeddings have 33 dims, the model's encoder 32"),
+        (
+            ["--id-embeddings", "{wide}"],
+            f"ID embeddings have {DIM + 1} dims, the model's encoder {DIM}",
+        ),
         (["--id-embeddings", "{root}/missing.npy"], "missing.npy"),
         (["--json", "{root}"], "--json"),
         (["--against", "active"], "store directory"),

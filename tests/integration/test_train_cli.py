@@ -14,7 +14,7 @@ from model_store import DirectoryStore, load_dir
 from sidecar.cli import main
 from sidecar.scoring import OODModel
 
-DIM = 32
+DIM = 384  # the default encoder's width: workers refuse a model of another
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -87,6 +87,38 @@ def test_train_on_embeddings_publishes_to_directory_store(
     far = _unit(np.random.default_rng(5).normal(size=(20, DIM)))
     near = np.load(embeddings["kb"])[:20]
     assert np.median(model.score(far)) > np.median(model.score(near))
+
+
+def test_embeddings_narrower_than_the_encoder_are_not_published(
+    tmp_path: Path, one_error_line: Callable[[Result], str]
+) -> None:
+    rng = np.random.default_rng(0)
+    narrow = {}
+    for name, n in (("kb", 60), ("id", 60), ("ood", 60)):
+        narrow[name] = tmp_path / f"{name}32.npy"
+        np.save(narrow[name], _unit(rng.normal(size=(n, 32))))
+    store_dir = tmp_path / "store"
+    # Workers embed with all-MiniLM-L6-v2 (384 dims) and would refuse a 32-dim model.
+    args = _train_on(narrow, tmp_path / "m", "--publish", "--store-dir", str(store_dir))
+    line = one_error_line(CliRunner().invoke(main, args))
+    assert "the KB embeddings have 32 dims, but encoder all-MiniLM-L6-v2 gives 384" in line
+    assert "nothing was trained or published" in line and "--encoder" in line
+    assert not (tmp_path / "m").exists() and not store_dir.exists()
+    # To a directory it trains, with a warning, and records the width it was given.
+    res = CliRunner().invoke(main, _train_on(narrow, tmp_path / "m", "--no-report"))
+    assert res.exit_code == 0, res.output
+    assert "workers running it would refuse the model" in res.stderr
+    assert load_dir(tmp_path / "m").manifest["encoder"] == {"name": "all-MiniLM-L6-v2", "dim": 32}
+    # Promoting it later is refused the same way, unless asked for anyway.
+    res = CliRunner().invoke(
+        main, ["models", "import", str(tmp_path / "m"), "--promote", "--store-dir", str(store_dir)]
+    )
+    line = one_error_line(res)
+    assert "has 32-dim embeddings, but the workers' encoder 'all-MiniLM-L6-v2' gives 384" in line
+    args = ["models", "import", str(tmp_path / "m"), "--promote", "--any-encoder"]
+    res = CliRunner().invoke(main, [*args, "--store-dir", str(store_dir)])
+    assert res.exit_code == 0, res.output
+    assert DirectoryStore(store_dir).active("default") == load_dir(tmp_path / "m").version
 
 
 def test_near_duplicate_training_queries_are_grouped_unless_turned_off(

@@ -52,7 +52,7 @@ def test_the_default_detector_without_ood_queries_names_what_trains_without(
 
     rng = np.random.default_rng(0)
     for name in ("kb", "id"):
-        np.save(tmp_path / f"{name}.npy", rng.normal(size=(40, 8)).astype(np.float32))
+        np.save(tmp_path / f"{name}.npy", rng.normal(size=(40, 384)).astype(np.float32))
     args = ["train", "--kb-embeddings", str(tmp_path / "kb.npy")]
     args += ["--id-embeddings", str(tmp_path / "id.npy"), "--out", str(tmp_path / "o")]
     line = one_error_line(CliRunner().invoke(main, [*args, "--no-report", "--no-progress"]))

@@ -1,8 +1,11 @@
-"""``load_encoder``'s backend choice, with small fakes of the project's two encoders."""
+"""``load_encoder``'s backend choice, with small fakes of the project's two encoders, and
+the encoder width read from a model's configs."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -70,3 +73,31 @@ def test_explicit_onnx_does_not_fall_back(fakes: type[_FakeOnnx]) -> None:
     with pytest.raises(ConfigError, match="float32 on the CPU"):
         load_encoder(ScoringSettings(encoder_backend="onnx", device="cuda"))
     assert load_encoder(ScoringSettings(encoder_backend="torch")).backend == "torch"
+
+
+def test_the_encoder_width_is_read_from_its_configs_without_loading_it(
+    tmp_path: Path, encoder_configs: Callable[[int], Path]
+) -> None:
+    import json
+
+    from sidecar.scoring._encoder import encoder_dim
+
+    assert encoder_dim("all-MiniLM-L6-v2") == 384  # the packaged default
+    assert encoder_dim(str(encoder_configs(48))) == 48
+    # a Dense layer after the pooling sets the width; two pooling modes concatenate
+    d = encoder_configs(16)
+    modules = json.loads((d / "modules.json").read_text())
+    (d / "2_Dense").mkdir()
+    (d / "2_Dense" / "config.json").write_text(json.dumps({"out_features": 8}))
+    dense = {"idx": 2, "path": "2_Dense", "type": "sentence_transformers.models.Dense"}
+    (d / "modules.json").write_text(json.dumps([*modules, dense]))
+    assert encoder_dim(str(d)) == 8
+    (d / "modules.json").write_text(json.dumps(modules))
+    pooling = {"word_embedding_dimension": 16, "pooling_mode_mean_tokens": True}
+    pooling["pooling_mode_max_tokens"] = True
+    (d / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+    assert encoder_dim(str(d)) == 32
+    # configs that do not say, or an encoder not on this machine: unknown, not an error
+    (d / "modules.json").write_text("[{")
+    assert encoder_dim(str(d)) is None
+    assert encoder_dim(str(tmp_path / "elsewhere")) is None

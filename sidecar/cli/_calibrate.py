@@ -26,6 +26,7 @@ from sidecar.cli._models import (
     _open,
     _settings,
     _store_options,
+    load_local_dir,
     servable_model,
 )
 from sidecar.cli._options import (
@@ -90,7 +91,7 @@ def calibrate_command(**opts: Any) -> None:
     in-domain queries is refused, in expectation. Prints both thresholds and the rate at
     which each refuses the given queries.
     """
-    from model_store import load_dir, save_dir
+    from model_store import save_dir
     from sidecar.errors import ConfigError
     from sidecar.scoring import DEFAULT_TARGET_FRR, recalibrate
     from sidecar.settings import load_settings
@@ -119,15 +120,15 @@ def calibrate_command(**opts: Any) -> None:
             raise ConfigError("--artifact recalibrates that directory: leave out --version")
         if not opts["publish"] and (store_dir or redis_url):
             raise ConfigError("--store-dir / --redis-url name where --publish puts the model")
+        from sidecar._stores import signing_key
+
+        key = signing_key(_settings(store_dir, redis_url))
         if opts["publish"]:
             # Verified as `models import` verifies: put() signs with the store's key, so an
             # unverified directory would come out signed.
-            from sidecar._stores import signing_key
-
-            key = signing_key(_settings(store_dir, redis_url))
             art = _load_for_import(opts["artifact"], key, allow_unsigned=opts["allow_unsigned"])
         else:
-            art = load_dir(opts["artifact"])
+            art = load_local_dir(opts["artifact"], key)  # a wrong signature stops here too
         check_artifact_kb(art, opts["artifact"], opts["kb"])
     else:
         art, _ = read_model(None, kb_name, opts["ref"], store_dir, redis_url, kb_name)

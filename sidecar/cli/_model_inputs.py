@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from sidecar.cli._models import _open, _resolve, _version_option
+from sidecar.cli._models import _open, _resolve, _settings, _version_option, load_local_dir
 
 
 def model_options(verb: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -43,13 +43,13 @@ def read_model(
     """(artifact, version): the directory ``artifact`` (checksums verified; ``kb``, when
     given, must be its KB), else version ``ref`` of KB ``kb`` (default ``default_kb``) in
     the store of ``store_dir`` / ``redis_url`` / settings, which must exist."""
-    from model_store import load_dir
+    from sidecar._stores import signing_key
     from sidecar.errors import ConfigError
 
     if artifact is not None:
         if store_dir or redis_url or ref != "active":
             raise ConfigError(f"--artifact reads {artifact}: leave out the store options")
-        art = load_dir(artifact)
+        art = load_local_dir(artifact, signing_key(_settings(None, None)))
         check_artifact_kb(art, artifact, kb)
         return art, art.version
     name = kb or default_kb

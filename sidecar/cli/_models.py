@@ -444,16 +444,29 @@ def _load_for_import(directory: Path, key: bytes | None, *, allow_unsigned: bool
     A signature that is present but wrong (tampered, or made with another key) is always
     rejected: put() re-signs with the local key, so accepting it would launder the artifact.
     """
-    from model_store import load_dir, verify_manifest
+    from model_store import load_dir
 
     if key is None and allow_unsigned:
         click.echo("note: no signing key is configured, so --allow-unsigned changes nothing")
     if key is None or not allow_unsigned:
         return load_dir(directory, hmac_key=key)
+    return load_local_dir(directory, key)
+
+
+def load_local_dir(directory: Path, key: bytes | None) -> Artifact:
+    """An artifact directory a command reads as is (``--artifact``): checksums and schema
+    verified, and, with a signing key configured, a signature it carries must be right.
+
+    An unsigned directory is a local file the user made (``sidecar train --out``); a
+    signed one whose signature fails was changed after signing, and whatever is made
+    from it (a recalibrated copy, put() re-signing it) would carry the change on.
+    """
+    from model_store import load_dir, verify_manifest
+
     artifact = load_dir(directory)  # checksums and schema; the signature is checked below
-    if "signature" in artifact.manifest:
+    if key is not None and "signature" in artifact.manifest:
         # The signature covers the parsed manifest, so its JSON re-encoding verifies the
-        # very content that will be stored.
+        # very content that is read.
         verify_manifest(json.dumps(artifact.manifest).encode(), hmac_key=key)
     return artifact
 

@@ -158,3 +158,36 @@ def test_queries_the_model_was_trained_on_are_named(trained: Path, tmp_path: Pat
     res = _run("--artifact", str(trained), "--id-embeddings", str(tmp_path / "live.npy"),
                "--out", str(tmp_path / "recal2"))  # fmt: skip
     assert res.exit_code == 0 and "repeat the model" not in res.output
+
+
+def test_a_signed_directory_changed_after_signing_is_refused_by_every_reader(
+    trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    one_error_line: Callable[[Result], str],
+) -> None:  # fmt: skip
+    import json
+
+    from model_store import save_dir
+
+    key = b"the-store-key"
+    signed = save_dir(load_dir(trained).signed(key), tmp_path / "signed")
+    manifest = json.loads((signed / "manifest.json").read_text())
+    manifest["model"]["threshold"] = 50.0  # every query in-domain; checksums still hold
+    tampered = tmp_path / "tampered"
+    save_dir(load_dir(signed), tampered)
+    (tampered / "manifest.json").write_text(json.dumps(manifest))
+    model = OODModel.from_artifact(load_dir(trained))
+    np.save(tmp_path / "live.npy", _live(model, 120))
+    monkeypatch.setenv("SIDECAR_STORE__HMAC_KEY", key.decode())
+    live = ["--id-embeddings", str(tmp_path / "live.npy")]
+    for command in (
+        ["calibrate", "--no-progress", *live, "--out", str(tmp_path / "recal")],
+        ["check", "--no-progress", *live],
+        ["score", "hello"],
+    ):
+        line = one_error_line(CliRunner().invoke(main, [*command, "--artifact", str(tampered)]))
+        assert "signature" in line, command
+    assert not (tmp_path / "recal").exists()  # nothing made from it to re-sign later
+    # the intact signed copy and the unsigned directory the job wrote both read as before
+    for good in (signed, trained):
+        res = _run("--artifact", str(good), *live, "--out", str(tmp_path / f"ok-{good.name}"))
+        assert res.exit_code == 0, res.output

@@ -142,7 +142,13 @@ def check_command(**opts: Any) -> None:
             raise click.UsageError(
                 "--version-from names a store version: leave out --version and --artifact"
             )
-        ref = _version_from(opts["version_from"])
+        ref, stats_kb = _version_from(opts["version_from"])
+        if opts["kb"] is not None and stats_kb is not None and opts["kb"] != stats_kb:
+            raise click.UsageError(
+                f"--version-from {opts['version_from']} is a model of KB {stats_kb!r}, "
+                f"not {opts['kb']!r}"
+            )
+        opts["kb"] = opts["kb"] or stats_kb  # the KB it was trained for
     if opts["json_out"]:
         check_output_file(opts["json_out"], "--json")
     if opts["report_dir"]:
@@ -215,8 +221,9 @@ def check_command(**opts: Any) -> None:
         click.get_current_context().exit(1)
 
 
-def _version_from(path: Path) -> str:
-    """The ``version`` of a `sidecar train --stats-json` file."""
+def _version_from(path: Path) -> tuple[str, str | None]:
+    """The ``version`` and ``kb`` (None in files of older releases) of a `sidecar train
+    --stats-json` file."""
     from sidecar._input_files import input_file
     from sidecar.errors import DataError
 
@@ -228,7 +235,8 @@ def _version_from(path: Path) -> str:
     version = doc.get("version") if isinstance(doc, dict) else None
     if not isinstance(version, str) or not version:
         raise DataError(f"{path} names no model version (a `sidecar train --stats-json` file)")
-    return version
+    kb = doc.get("kb")
+    return version, kb if isinstance(kb, str) and kb else None
 
 
 def _rate_line(name: str, r: dict[str, Any]) -> str:

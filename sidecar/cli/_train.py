@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -244,9 +245,13 @@ def train_command(**opts: Any) -> None:
         stage("artifact")
         artifact = result.model.to_artifact()
         out = save_dir(artifact, opts["out"])
+        stale = out / "report"  # an earlier run's report would describe another model
+        if (stale / "report.md").is_file():
+            shutil.rmtree(stale)
         stats = {
             **result.stats,
             "embed_s": round(embed_s, 3),
+            "kb": artifact.kb,
             "version": artifact.version,
             "artifact_bytes": artifact.size_bytes(),
         }

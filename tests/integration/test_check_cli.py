@@ -36,6 +36,7 @@ def setup(
         return _unit(rng.normal(size=(n, 6)) @ basis + 0.8 * rng.normal(size=(n, DIM)))
 
     paths = {"root": root, "store": root / "store", "art": root / "art"}
+    paths["encoder"] = encoder_configs(DIM)  # the width the embeddings have
     for name, arr in (
         ("kb", id_like(150)),
         ("id", id_like(120)),
@@ -54,7 +55,7 @@ def setup(
                 *("--kb-embeddings", str(paths["kb"]), "--id-embeddings", str(paths["id"])),
                 *("--ood-embeddings", str(paths["ood"]), "--m", m, "--features", "pcs,residual"),
                 *("--kb-name", "synthetic", "--out", str(out), "--no-report", "--no-progress"),
-                *("--encoder", str(encoder_configs(DIM))),  # the width the embeddings have
+                *("--encoder", str(paths["encoder"])),
                 *("--publish", "--store-backend", "directory", "--store-dir", str(paths["store"])),
             ],
         )
@@ -166,6 +167,35 @@ def test_promote_only_when_the_gates_hold(setup: dict[str, Path], tmp_path: Path
     assert store.active("synthetic") == first
     res = _check(setup, *base, "--promote", "--max-frr", "1")  # a retrain that changed nothing
     assert res.exit_code == 0 and f"already active: synthetic/{first}" in res.output
+
+
+def test_a_stats_file_names_its_kb_as_well_as_its_version(
+    setup: dict[str, Path], tmp_path: Path
+) -> None:
+    stats, out = tmp_path / "stats.json", tmp_path / "m"
+    train = [
+        "train",
+        *("--kb-embeddings", str(setup["kb"]), "--id-embeddings", str(setup["id"])),
+        *("--ood-embeddings", str(setup["ood"]), "--m", "5", "--features", "pcs,residual"),
+        *("--kb-name", "synthetic", "--encoder", str(setup["encoder"])),
+        *("--out", str(out), "--no-progress", "--stats-json", str(stats)),
+    ]
+    res = CliRunner().invoke(main, train)
+    assert res.exit_code == 0, res.output
+    doc = json.loads(stats.read_text())
+    assert doc["kb"] == "synthetic" and doc["version"] == load_dir(setup["art"]).version
+    # no --kb needed: the stats file says which KB (the settings would say 'default')
+    base = ["--store-dir", str(setup["store"]), "--version-from", str(stats)]
+    res = _check(setup, *base)
+    assert res.exit_code == 0, res.output
+    assert f"KB 'synthetic', version {doc['version'][:12]}" in res.output
+    res = _check(setup, *base, "--kb", "other")
+    assert res.exit_code == 2 and "is a model of KB 'synthetic', not 'other'" in res.output
+    # an earlier run's report does not stay beside a model trained without one
+    assert (out / "report" / "report.md").is_file()
+    res = CliRunner().invoke(main, [*train, "--no-report"])
+    assert res.exit_code == 0, res.output
+    assert not (out / "report").exists() and load_dir(out).version == doc["version"]
 
 
 def test_an_artifact_against_a_version_of_a_named_store(setup: dict[str, Path]) -> None:

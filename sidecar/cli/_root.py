@@ -75,6 +75,12 @@ class _Group(click.Group):
             if new is exc:
                 raise
             raise new from exc
+        except BrokenPipeError:
+            # The reader of stdout went away (`sidecar models show ... | head -1`): not an
+            # error of the command. Nothing more can be written there, not even at exit.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            sys.exit(141)  # what a shell reports for a writer stopped by SIGPIPE
         except _EXPECTED as exc:
             if (ctx.obj or {}).get("debug"):
                 raise

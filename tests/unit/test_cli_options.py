@@ -141,3 +141,21 @@ def test_train_refuses_queries_without_a_kb_and_an_out_dir_of_other_files(
     res = _invoke("train", "--out", str(busy), "--no-progress")
     assert "holds other files" in one_error_line(res)
     assert sorted(p.name for p in busy.iterdir()) == ["notes.txt"]
+
+
+def test_a_reader_that_stops_early_is_not_an_error(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from model_store import DirectoryStore, build_artifact
+
+    store = DirectoryStore(tmp_path / "store")
+    store.put(build_artifact(kb="kb", encoder={"name": "e", "dim": 2}, model={}, arrays={}))
+    # `sidecar models list | head -1`: the pipe is closed before the command writes to it
+    cmd = [sys.executable, "-m", "sidecar", "models", "list", "--store-dir", str(store.root)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141, err  # as for a writer stopped by SIGPIPE
+    assert err == ""  # no "error: Broken pipe", no traceback at exit

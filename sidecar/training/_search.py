@@ -227,6 +227,14 @@ def search(
         raise ConfigError(needs_ood_error(detector))
     if selection not in SELECTIONS:
         raise ConfigError(f"selection must be one of {SELECTIONS}, not {selection!r}")
+    if criterion == "pvalue" and splits.has_ood and len(splits.id_fit) < 2:
+        # Every candidate would fail its t-test alike: say why once, in terms of the input.
+        n_held = len(splits.id_val) + len(splits.id_cal)
+        raise DataError(
+            f"p-value selection needs at least 2 ID training queries to fit on; "
+            f"{len(splits.id_fit) + n_held} leave {len(splits.id_fit)} once validation and "
+            f"calibration take {n_held}: give more ID training queries, or --criterion evr"
+        )
     calibration = resolve_calibration(threshold_rule, calibration)
     table: list[dict[str, Any]] = []
     best_cand: Candidate | None = None

@@ -362,3 +362,15 @@ def test_train_scale_deletes_its_scratch_files_and_reports_each_size(
     runs = json.loads(out.read_text())["runs"]
     assert [r["n_kb"] for r in runs] == [150] and runs[0]["us_per_query_batch256"] > 0
     assert list(scratch.iterdir()) == []  # embeddings and models gone with the run
+
+
+def test_too_few_id_queries_for_a_t_test_is_said_once_in_terms_of_the_input(
+    tmp_path: Path, embeddings: dict[str, Path], one_error_line: Callable[[Result], str]
+) -> None:
+    np.save(embeddings["id"], np.load(embeddings["id"])[:5])  # 2 validate, 2 calibrate, 1 fits
+    args = _train_on(embeddings, tmp_path / "m")
+    line = one_error_line(CliRunner().invoke(main, args))
+    assert "needs at least 2 ID training queries to fit on; 5 leave 1" in line
+    assert "--criterion evr" in line and "could be fitted" not in line  # not per candidate
+    res = CliRunner().invoke(main, [*args, "--criterion", "evr", "--no-report"])
+    assert res.exit_code == 0, res.output

@@ -80,7 +80,8 @@ class _FitBar:
     "--m",
     type=click.IntRange(min=1),
     default=None,
-    help="Fixed number of PCs, at most 32 [default: searched].",
+    help="Fixed number of PCs; the detector sees at most 32 inputs in all, the PCs and any "
+    "extra features (combined with its default features: m <= 29) [default: searched].",
 )
 @click.option("--m-range", default=None, help="Search m in LOW:HIGH, e.g. 8:32.")
 @click.option(

@@ -116,6 +116,27 @@ def check_config(cfg: TrainConfig) -> None:
                 f"--features takes blocks among {','.join(blocks)}; "
                 f"got {','.join(cfg.features) or 'none'}"
             )
+    low = cfg.m if cfg.m is not None else (cfg.m_range[0] if cfg.m_range else None)
+    if low is not None and cfg.detector == "combined":
+        least = min(_extra_dims(c) for c in build_grid(cfg))
+        if low + least > MAX_DIMS:  # every candidate would be fitted, then dropped
+            raise ConfigError(
+                f"m={low}: combined models add at least {least} features to their PCs "
+                f"and take at most {MAX_DIMS} input dimensions in all; use m <= "
+                f"{MAX_DIMS - least}"
+            )
+
+
+def _extra_dims(cand: Candidate) -> int:
+    """Features a combined candidate adds to its m PCs (see ``OODModel.dims``)."""
+    det = CombinedDetector(**cand.params)
+    sizes = {
+        "residual": len(cand.residual_ks) if cand.residual_ks else 1,  # else one k
+        "max_cosine": 1,
+        "knn": len(det.knn_ks),
+        "neighbours": 2 * len(det.neighbour_ks),
+    }
+    return sum(sizes.get(block, 0) for block in det.inputs)
 
 
 def parse_m_range(text: str) -> tuple[int, int]:

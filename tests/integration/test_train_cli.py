@@ -295,6 +295,7 @@ def _bad_inputs(tmp_path: Path, embeddings: dict[str, Path]) -> dict[str, tuple[
         "both kb inputs": (["--kb", str(tmp_path / "kb.jsonl")], "give --kb or --kb-embeddings"),
         "stats dir": (["--stats-json", str(tmp_path / "adir")], "--stats-json"),
         "m over budget": (["--m", "40"], "m=40: combined models take at most 32"),
+        "m with its features over budget": (["--m", "32"], "add at least 3 features"),
         "bank without neighbours": (["--neighbour-bank", "50"], "applies to the combined"),
         "publish to a file": (
             ["--publish", "--store-backend", "directory", "--store-dir", f"{tmp_path}/nan.npy/s"],
@@ -320,6 +321,7 @@ def _bad_inputs(tmp_path: Path, embeddings: dict[str, Path]) -> dict[str, tuple[
         "both kb inputs",
         "stats dir",
         "m over budget",
+        "m with its features over budget",
         "m range over budget",
         "bank without neighbours",
         "publish to a file",

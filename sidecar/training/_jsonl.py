@@ -41,7 +41,11 @@ def _records(path: Path) -> list[tuple[int, dict[str, Any]]]:
         if not line.strip():
             continue
         try:
-            rec = json.loads(line)
+            rec = json.loads(line.rstrip("\r\n"))  # positions within this line, not past it
+        except json.JSONDecodeError as exc:
+            raise DataError(
+                f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})"
+            ) from exc
         except ValueError as exc:
             raise DataError(f"{path}:{lineno}: not valid JSON ({exc.args[0]})") from exc
         if not isinstance(rec, dict):

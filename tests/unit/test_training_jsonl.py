@@ -48,7 +48,11 @@ def test_query_groups_name_paraphrases(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "match"),
     [
-        ('{"id": "a", "text": "x"}\n{"id": "b", "text": \n', r"kb\.jsonl:2: not valid JSON"),
+        # the position is within the named line, not on a "line 2" past its end
+        (
+            '{"id": "a", "text": "x"}\n{"id": "b", "text": \n',
+            r"kb\.jsonl:2: not valid JSON \(Expecting value at column 21\)",
+        ),
         ('{"id": "a", "text": "x"}\n[1, 2]\n', r":2: expected a JSON object"),
         ('{"id": "a"}\n', r":1: missing or empty string field 'text'"),
         ('{"text": "x"}\n', r":1: missing field 'id'"),

@@ -39,7 +39,7 @@ from model_store._artifact import (
     read_bounded,
     verify_manifest,
 )
-from model_store._errors import ArtifactCorrupt, ArtifactNotFound, StoreUnavailable
+from model_store._errors import ArtifactCorrupt, ArtifactNotFound, InvalidName, StoreUnavailable
 from model_store._npz import max_npz_bytes
 from model_store._store import (
     HISTORY_MAX,
@@ -391,18 +391,37 @@ class DirectoryStore:
             log.info("gc removed %d versions of KB %s", len(deleted), kb)
         return deleted
 
+    def sweep(self) -> int:
+        """Remove the leftovers of interrupted puts and gcs in every KB folder, also of KBs
+        that :meth:`kbs` does not list (a first put that was killed leaves only its temp
+        directory); returns how many went. gc(kb) does the same for its one KB."""
+        removed = 0
+        for p in sorted(self.root.iterdir()):
+            if not p.is_dir() or not (p / "versions").is_dir():
+                continue
+            try:
+                check_kb(p.name)
+            except InvalidName:
+                continue  # not a folder this store made
+            with self._locked(p.name) as d:
+                removed += self._sweep_leftovers(d / "versions")
+        return removed
+
     @staticmethod
-    def _sweep_leftovers(versions: Path) -> None:
+    def _sweep_leftovers(versions: Path) -> int:
         """Remove what an interrupted put() or gc left behind: a ``.tmp-`` directory an
         hour old (puts write under the KB's lock, which gc holds; the hour is a margin)."""
         cutoff = time.time() - _LEFTOVER_AGE_S
+        removed = 0
         for p in versions.glob(f"{_TMP}*"):
             try:
                 if p.is_dir() and p.stat().st_mtime < cutoff:
                     shutil.rmtree(p, ignore_errors=True)
                     log.info("gc removed the leftover %s", p)
+                    removed += 1
             except OSError:
                 continue
+        return removed
 
     def close(self) -> None:
         """Nothing to release (present for the protocol)."""

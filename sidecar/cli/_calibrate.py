@@ -22,6 +22,8 @@ from sidecar.cli._model_inputs import (
     read_model,
 )
 from sidecar.cli._models import (
+    _any_encoder_option,
+    _check_encoder,
     _load_for_import,
     _open,
     _settings,
@@ -76,6 +78,7 @@ from sidecar.cli._root import main
     "without a signature (as `models import --allow-unsigned`); a wrong signature is "
     "always refused.",
 )
+@_any_encoder_option
 @encoder_option
 @_store_options
 @cache_dir_option
@@ -100,6 +103,8 @@ def calibrate_command(**opts: Any) -> None:
         raise click.UsageError("give --out DIR and/or --publish for the recalibrated model")
     if opts["no_promote"] and not opts["publish"]:
         raise click.UsageError("--no-promote applies to --publish")
+    if opts["any_encoder"] and (opts["no_promote"] or not opts["publish"]):
+        raise click.UsageError("--any-encoder applies to --publish without --no-promote")
     if opts["allow_unsigned"] and not (opts["artifact"] and opts["publish"]):
         raise click.UsageError("--allow-unsigned applies to --artifact DIR --publish")
     if bool(opts["id_queries"]) == bool(opts["id_embeddings"]):
@@ -133,6 +138,9 @@ def calibrate_command(**opts: Any) -> None:
     else:
         art, _ = read_model(None, kb_name, opts["ref"], store_dir, redis_url, kb_name)
     model = servable_model(art, refused="nothing was recalibrated")
+    if opts["publish"] and not opts["no_promote"] and not opts["any_encoder"]:
+        # the new version keeps the encoder: refused before any query is encoded
+        _check_encoder(art, settings, refused="nothing was recalibrated")
     embed = QueryEmbeddings.from_options(model, settings, opts)
     E = embed(opts["id_queries"], opts["id_embeddings"], "ID")
     target = opts["target_frr"] or float(model.params.get("target_frr") or DEFAULT_TARGET_FRR)

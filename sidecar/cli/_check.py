@@ -15,7 +15,13 @@ from typing import Any
 import click
 
 from sidecar.cli._model_inputs import model_options
-from sidecar.cli._models import _open, _store_options, servable_model
+from sidecar.cli._models import (
+    _any_encoder_option,
+    _check_encoder,
+    _open,
+    _store_options,
+    servable_model,
+)
 from sidecar.cli._options import (
     cache_dir_option,
     check_output_dir,
@@ -81,6 +87,7 @@ _PATH = click.Path(path_type=Path)
     help="Promote the checked store version when every gate holds (at least one gate "
     "needed); a failed gate leaves the active version as it is.",
 )
+@_any_encoder_option
 @click.option("--json", "json_out", type=_PATH, default=None, help="Also write the figures here.")
 @click.option(
     "--report",
@@ -131,6 +138,8 @@ def check_command(**opts: Any) -> None:
             raise click.UsageError(f"{g.option} needs --ood-queries or --ood-embeddings")
     if opts["promote"] and not gates:
         raise click.UsageError("--promote needs at least one gate to judge the release by")
+    if opts["any_encoder"] and not opts["promote"]:
+        raise click.UsageError("--any-encoder applies to --promote")
     if opts["promote"] and opts["artifact"]:
         raise click.UsageError("--promote promotes a store version: leave out --artifact")
     ref = opts["ref"]
@@ -166,6 +175,9 @@ def check_command(**opts: Any) -> None:
     else:
         art, version = read_model(None, opts["kb"], ref, store_dir, redis_url, default_kb)
     model = servable_model(art, refused="nothing was checked")
+    if opts["promote"] and not opts["any_encoder"]:
+        # refused before any query is encoded, as `models promote` refuses it
+        _check_encoder(art, settings, refused="nothing was checked or promoted")
     other = None
     if opts["against"]:
         # the store of --store-dir / --redis-url / settings, with or without --artifact

@@ -485,6 +485,8 @@ def gc_command(
     kb: str | None, retention: int | None, store_dir: Path | None, redis_url: str | None
 ) -> None:
     """Delete old versions beyond the retention (never the active or previous one)."""
+    from model_store import DirectoryStore
+
     overrides: dict[str, Any] = {"retention": retention} if retention else {}
     with _open(store_dir, redis_url, create=False, **overrides) as store:
         for name in [kb] if kb else store.kbs():
@@ -493,3 +495,8 @@ def gc_command(
                 f"{name}: deleted {len(deleted)} version(s)"
                 + (f": {', '.join(deleted)}" if deleted else "")
             )
+        if kb is None and isinstance(store, DirectoryStore):
+            # a KB whose first put was killed is listed nowhere but still holds its temp files
+            swept = store.sweep()
+            if swept:
+                click.echo(f"removed {swept} leftover(s) of interrupted writes")

@@ -82,6 +82,28 @@ def test_a_store_version_is_recalibrated_into_the_same_store(trained: Path, tmp_
     assert store.active(kb) != source  # promoted this time
 
 
+def test_promoting_a_recalibrated_model_of_another_encoder_is_refused(
+    trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Workers of another encoder would refuse the new version, as `models promote` says.
+    monkeypatch.setenv("SIDECAR_SCORING__ENCODER", "another-encoder")
+    store_dir = tmp_path / "store"
+    np.save(tmp_path / "live.npy", _live(OODModel.from_artifact(load_dir(trained)), 60))
+    args = ["--artifact", str(trained), "--id-embeddings", str(tmp_path / "live.npy"),
+            "--target-frr", "0.05", "--publish", "--store-dir", str(store_dir)]  # fmt: skip
+    res = _run(*args)
+    assert res.exit_code == 2 and "nothing was recalibrated" in res.output, res.output
+    assert "'another-encoder'" in res.output and not store_dir.exists()
+    res = _run(*args, "--no-promote")  # storing it without activating is fine
+    assert res.exit_code == 0, res.output
+    res = _run(*args, "--any-encoder")
+    assert res.exit_code == 0, res.output
+    kb = load_dir(trained).kb
+    assert DirectoryStore(store_dir).active(kb) is not None
+    res = _run(*args, "--no-promote", "--any-encoder")
+    assert res.exit_code == 2 and "--any-encoder applies to --publish" in res.output
+
+
 def test_bad_requests_get_one_error_line(
     trained: Path, tmp_path: Path, one_error_line: Callable[[Result], str]
 ) -> None:

@@ -147,9 +147,17 @@ def test_against_measures_the_serving_version_on_the_same_queries(
     assert doc["against"]["false_reject"]["count"] == flagged
 
 
-def test_promote_only_when_the_gates_hold(setup: dict[str, Path], tmp_path: Path) -> None:
+def _workers_run(encoder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The settings' scoring.encoder (the workers') is the one the models were built with."""
+    monkeypatch.setenv("SIDECAR_SCORING__ENCODER", str(encoder))
+
+
+def test_promote_only_when_the_gates_hold(
+    setup: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import shutil
 
+    _workers_run(setup["encoder"], monkeypatch)
     store_dir = tmp_path / "store"
     shutil.copytree(setup["store"], store_dir)
     store = DirectoryStore(store_dir)
@@ -212,11 +220,28 @@ def test_an_artifact_against_a_version_of_a_named_store(setup: dict[str, Path]) 
     assert res.exit_code == 2 and "apply to --against" in res.output, res.output
 
 
-def test_a_first_release_has_nothing_to_compare_with(
+def test_promoting_a_model_of_another_encoder_than_the_workers_is_refused(
     setup: dict[str, Path], tmp_path: Path
+) -> None:
+    # The settings name the default encoder; the models were built with a 32-dim one.
+    store = DirectoryStore(tmp_path / "store")
+    version = store.put(load_dir(setup["art"]))
+    args = ["--store-dir", str(tmp_path / "store"), "--kb", "synthetic", "--version", version]
+    res = _check(setup, *args, "--max-frr", "1", "--promote")
+    assert res.exit_code == 2 and "nothing was checked or promoted" in res.output, res.output
+    assert "all-MiniLM-L6-v2" in res.output and store.active("synthetic") is None
+    res = _check(setup, *args, "--max-frr", "1", "--promote", "--any-encoder")
+    assert res.exit_code == 0 and store.active("synthetic") == version, res.output
+    res = _check(setup, *args, "--max-frr", "1", "--any-encoder")
+    assert res.exit_code == 2 and "--any-encoder applies to --promote" in res.output
+
+
+def test_a_first_release_has_nothing_to_compare_with(
+    setup: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from model_store import load_dir
 
+    _workers_run(setup["encoder"], monkeypatch)
     store = DirectoryStore(tmp_path / "store")
     version = store.put(load_dir(setup["art"]))  # stored, never promoted
     args = ["--store-dir", str(tmp_path / "store"), "--kb", "synthetic", "--version", version]

@@ -84,6 +84,22 @@ def test_models_cli_lifecycle(tmp_path: Path, where: list[str]) -> None:
     assert "deleted" in run("models", "gc", "--retention", "2", *where)
 
 
+def test_gc_of_every_kb_sweeps_a_kb_whose_first_put_was_killed(tmp_path: Path) -> None:
+    import os
+    import time
+
+    (d0,) = _artifact_dirs(tmp_path, 1)
+    where = ["--store-dir", str(tmp_path / "store")]
+    run("models", "import", str(d0), *where)
+    stale = tmp_path / "store" / "other" / "versions" / ".tmp-0123.abc"
+    stale.mkdir(parents=True)
+    hours_ago = time.time() - 7200
+    os.utime(stale, (hours_ago, hours_ago))
+    out = run("models", "gc", *where)
+    assert "demo: deleted 0 version(s)" in out and "other" not in out.split("removed")[0]
+    assert "removed 1 leftover(s) of interrupted writes" in out and not stale.exists()
+
+
 def test_promoting_a_model_of_another_encoder_is_refused(
     tmp_path: Path, where: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

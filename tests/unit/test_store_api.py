@@ -313,6 +313,23 @@ def test_directory_gc_sweeps_what_an_interrupted_put_left(tmp_path) -> None:
     assert not stale.exists() and fresh.exists()
 
 
+def test_directory_sweep_reaches_a_kb_whose_first_put_was_killed(tmp_path) -> None:
+    import os
+    import time
+
+    store, _, _ = _stored(tmp_path)
+    versions = tmp_path / "store" / "new-kb" / "versions"
+    stale = versions / ".tmp-89ab.cde"
+    stale.mkdir(parents=True)
+    (stale / "arrays.npz").write_bytes(b"half")
+    hours_ago = time.time() - 7200
+    os.utime(stale, (hours_ago, hours_ago))
+    (tmp_path / "store" / "not a kb").mkdir()  # a folder this store did not make
+    assert store.kbs() == ["kb"]  # listed nowhere...
+    assert store.sweep() == 1 and not stale.exists()  # ...but swept
+    assert store.sweep() == 0
+
+
 def test_a_directory_put_that_fails_leaves_no_kb_and_no_half_version(
     tmp_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

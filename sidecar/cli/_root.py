@@ -13,7 +13,7 @@ import json
 import logging
 import os
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -75,18 +75,45 @@ class _Group(click.Group):
             if new is exc:
                 raise
             raise new from exc
-        except BrokenPipeError:
+        except BrokenPipeError as exc:
+            fd = _closed_stdout()
+            if fd is None and (ctx.obj or {}).get("debug"):
+                import traceback
+
+                traceback.print_exc()  # raised, click would end it quietly with exit 1
+                sys.exit(2)
+            if fd is None:
+                self._fail(ctx, exc)  # a socket's peer went away: an error like any other
             # The reader of stdout went away (`sidecar models show ... | head -1`): not an
             # error of the command. Nothing more can be written there, not even at exit.
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
+            os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
             sys.exit(141)  # what a shell reports for a writer stopped by SIGPIPE
         except _EXPECTED as exc:
-            if (ctx.obj or {}).get("debug"):
-                raise
-            hint = " (retrying may help)" if _retryable(exc) else ""
-            click.echo(f"error: {_describe(exc)}{hint}", err=True)
-            sys.exit(2)
+            self._fail(ctx, exc)
+
+    @staticmethod
+    def _fail(ctx: click.Context, exc: BaseException) -> NoReturn:
+        """One ``error:`` line and exit 2, or the traceback under --debug."""
+        if (ctx.obj or {}).get("debug"):
+            raise exc
+        hint = " (retrying may help)" if _retryable(exc) else ""
+        click.echo(f"error: {_describe(exc)}{hint}", err=True)
+        sys.exit(2)
+
+
+def _closed_stdout() -> int | None:
+    """stdout's file descriptor when it is a pipe whose reader has gone, else None (a
+    broken pipe can also be a socket, and CliRunner's stdout has no descriptor)."""
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        events = poller.poll(0)
+    except (OSError, ValueError):  # io.UnsupportedOperation is both
+        return None
+    return fd if any(ev & select.POLLERR for _, ev in events) else None
 
 
 def _describe(exc: BaseException) -> str:

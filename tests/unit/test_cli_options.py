@@ -159,3 +159,24 @@ def test_a_reader_that_stops_early_is_not_an_error(tmp_path: Path) -> None:
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 141, err  # as for a writer stopped by SIGPIPE
     assert err == ""  # no "error: Broken pipe", no traceback at exit
+
+
+def test_a_broken_pipe_that_is_not_stdout_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from model_store import DirectoryStore
+
+    def peer_gone(self: DirectoryStore) -> list[str]:  # as a socket write would fail
+        raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+    (tmp_path / "store").mkdir()
+    monkeypatch.setattr(DirectoryStore, "kbs", peer_gone)
+    args = ["models", "list", "--store-dir", str(tmp_path / "store")]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 2 and res.output.startswith("error:"), res.output
+    assert "Broken pipe" in res.output and "Traceback" not in res.output
+    res = CliRunner().invoke(main, ["--debug", *args])
+    assert res.exit_code == 2 and "Traceback" in res.output  # --debug shows where it was
+    assert "peer_gone" in res.output and "BrokenPipeError" in res.output

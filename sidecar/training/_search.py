@@ -175,35 +175,42 @@ def search(
         if not splits.has_ood:
             criterion = "evr"
         else:
-            runs = {
-                c: search(
-                    splits,
-                    detector,
-                    kb_name=kb_name,
-                    encoder=encoder,
-                    criterion=c,
-                    grid=grid,
-                    seed=seed,
-                    target_frr=target_frr,
-                    pca_method=pca_method,
-                    threshold_rule=threshold_rule,
-                    selection=selection,
-                    calibration=calibration,
-                    progress=progress,
-                )
-                for c in CRITERIA
-            }
+            runs: dict[str, SearchResult] = {}
+            refused: dict[str, DataError] = {}
+            for c in CRITERIA:
+                try:
+                    runs[c] = search(
+                        splits,
+                        detector,
+                        kb_name=kb_name,
+                        encoder=encoder,
+                        criterion=c,
+                        grid=grid,
+                        seed=seed,
+                        target_frr=target_frr,
+                        pca_method=pca_method,
+                        threshold_rule=threshold_rule,
+                        selection=selection,
+                        calibration=calibration,
+                        progress=progress,
+                    )
+                except DataError as exc:  # e.g. too few ID queries for the t-test
+                    refused[c] = exc
+            if not runs:
+                raise refused[CRITERIA[0]]
+            for c, why in refused.items():
+                log.warning("criterion auto: %s criterion left out: %s", c, why)
 
             # The runs' winners compared as each was chosen: by out-of-fold balanced
             # accuracy where both have it (cross-calibration), else by validation AUROC.
             key = "oof_balanced_accuracy"
-            by_oof = all(key in runs[c].model.metrics for c in CRITERIA)
+            by_oof = all(key in r.model.metrics for r in runs.values())
 
             def ranked(c: str) -> float:
                 v = runs[c].model.metrics[key] if by_oof else runs[c].val_auroc
                 return -math.inf if v is None else float(v)
 
-            win = max(CRITERIA, key=ranked)  # the first of CRITERIA (p-value) on a tie
+            win = max(runs, key=ranked)  # the first of CRITERIA (p-value) on a tie
             rows = [
                 {
                     **row,
@@ -212,9 +219,10 @@ def search(
                     # the other criterion's own pick, compared with the winner and beaten
                     "criterion_pick": c != win and bool(row.get("picked")),
                 }
-                for c in CRITERIA
+                for c in runs
                 for row in runs[c].table
             ]
+            rows += [{"criterion": c, "m": "-", "skipped": str(why)} for c, why in refused.items()]
             return dataclasses.replace(runs[win], table=rows)
     cands = list(grid) if grid is not None else default_grid(detector)
     if not cands:

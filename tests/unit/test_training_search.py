@@ -204,6 +204,22 @@ def test_auto_criterion_keeps_the_better_validation_auroc_of_both() -> None:
     assert res.model.criterion == "evr"
 
 
+def test_auto_criterion_goes_on_with_evr_when_the_t_test_has_too_few_queries() -> None:
+    embed = _emb_factory()
+    t = _task()
+    # five ID queries: two validate, two calibrate, one is left to fit the t-test on
+    splits = carve_splits(embed(t.kb_texts), embed(t.id_train[:5]), embed(t.ood_train), seed=0)
+    grid = [Candidate("logreg", 4, {"C": 1.0})]
+    enc = {"name": "fake", "dim": DIM}
+    with pytest.raises(DataError, match="at least 2 ID training queries"):
+        search(splits, "logreg", kb_name="t", encoder=enc, criterion="pvalue", grid=grid)
+    auto = search(splits, "logreg", kb_name="t", encoder=enc, criterion="auto", grid=grid)
+    assert auto.model.criterion == "evr"
+    (refused,) = [r for r in auto.table if r["criterion"] == "pvalue"]
+    assert "at least 2 ID training queries" in refused["skipped"]
+    assert [r.get("picked") for r in auto.table if r["criterion"] == "evr"] == [True]
+
+
 def test_protocol_fits_every_paper_detector_under_both_criteria() -> None:
     from sidecar.training._targets import PAPER_DETECTORS, PROTOCOL_M, protocol_table
 

@@ -103,14 +103,7 @@ def fit_candidate(
     elif final:
         id_emb = np.vstack([splits.id_fit, splits.id_val])
     crit = criterion if splits.has_ood else "evr"
-    ks = cand.residual_ks
-    if ks is not None:
-        k_max = min(64, len(splits.kb) - 1, splits.kb.shape[1])
-        ks = tuple(sorted({min(k, k_max) for k in ks}))
-    m = min(cand.m, len(splits.kb) - 1)
-    params = dict(cand.params)
-    if "knn_ks" in params:
-        params["knn_ks"] = [min(int(k), len(splits.kb)) for k in params["knn_ks"]]
+    fit = cand.fitted_to_kb(*splits.kb.shape)
     try:
         model = fit_ood_model(
             kb=kb_name,
@@ -121,11 +114,11 @@ def fit_candidate(
             calibration_embeddings=splits.id_cal,
             detector=cand.detector,
             criterion=crit,
-            m=m,
+            m=fit.m,
             target_frr=target_frr,
             seed=seed,
-            detector_params=params,
-            residual_ks=ks,
+            detector_params=dict(fit.params),
+            residual_ks=fit.residual_ks,
             pca_method=pca_method,
             subspaces=splits.subspaces,
         )

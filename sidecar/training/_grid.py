@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 # At most this many input columns for the searched detectors (the issue's budget).
@@ -22,6 +22,19 @@ class Candidate:
     m: int = 13
     params: Mapping[str, Any] = field(default_factory=dict)
     residual_ks: tuple[int, ...] | None = None
+
+    def fitted_to_kb(self, n_docs: int, dim: int) -> Candidate:
+        """This candidate as a KB of ``n_docs`` documents in ``dim`` dimensions allows it:
+        at most ``n_docs - 1`` PCs, residual ks of at most that (and 64, and ``dim``; equal
+        ones merged), kNN ks of at most ``n_docs``."""
+        ks = self.residual_ks
+        if ks is not None:
+            k_max = min(64, n_docs - 1, dim)
+            ks = tuple(sorted({min(k, k_max) for k in ks}))
+        params = dict(self.params)
+        if "knn_ks" in params:
+            params["knn_ks"] = [min(int(k), n_docs) for k in params["knn_ks"]]
+        return replace(self, m=min(self.m, n_docs - 1), params=params, residual_ks=ks)
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -89,8 +89,12 @@ class TrainResult:
     splits: TrainingSplits | None = None
 
 
-def check_config(cfg: TrainConfig) -> None:
-    """Refuse a configuration no search could fit, before any input is read."""
+def check_config(cfg: TrainConfig, kb_shape: tuple[int, int] | None = None) -> None:
+    """Refuse a configuration no search could fit, before any input is read.
+
+    With ``kb_shape`` (documents, dimensions) the candidates are judged as that KB clips
+    them (fewer PCs and merged residual ks on a tiny KB); without, as requested.
+    """
     kinds = detector_kinds()
     if cfg.detector not in kinds:
         raise ConfigError(f"unknown detector {cfg.detector!r}; one of {', '.join(kinds)}")
@@ -118,8 +122,12 @@ def check_config(cfg: TrainConfig) -> None:
             )
     low = cfg.m if cfg.m is not None else (cfg.m_range[0] if cfg.m_range else None)
     if low is not None and cfg.detector == "combined":
-        least = min(_extra_dims(c) for c in build_grid(cfg))
-        if low + least > MAX_DIMS:  # every candidate would be fitted, then dropped
+        grid = build_grid(cfg)
+        if kb_shape is not None:
+            grid = [c.fitted_to_kb(*kb_shape) for c in grid]
+        fewest = min(grid, key=lambda c: c.m + _extra_dims(c))
+        least = _extra_dims(fewest)
+        if fewest.m + least > MAX_DIMS:  # every candidate would be fitted, then dropped
             raise ConfigError(
                 f"m={low}: combined models add at least {least} features to their PCs "
                 f"and take at most {MAX_DIMS} input dimensions in all; use m <= "
@@ -323,10 +331,10 @@ def train(
     ``fits`` is told about every model fit of the search.
     """
     step = tick or (lambda _s: None)
-    check_config(cfg)
     t0 = time.perf_counter()
     if inputs.kb.ndim != 2 or inputs.kb.shape[1] != int(inputs.encoder["dim"]):
         raise DataError(f"KB embeddings of shape {inputs.kb.shape} do not match the encoder")
+    check_config(cfg, (int(inputs.kb.shape[0]), int(inputs.kb.shape[1])))
     step("split")
     grouped = grouped_splits(
         inputs, cfg, lambda kind, done, n: step(f"grouping {kind} queries {done:,}/{n:,}")

@@ -275,3 +275,18 @@ def test_report_without_ood_says_no_auroc_ranked_the_candidates(tmp_path: Path) 
     assert data.summary["criterion"] == "evr"
     assert data.summary["criterion_requested"] == "pvalue"
     assert any("p-value selection needs OOD training queries" in n for n in data.notes)
+
+
+def test_the_input_budget_is_judged_as_the_kb_clips_the_candidates() -> None:
+    from sidecar.errors import ConfigError
+    from sidecar.training._job import check_config
+
+    cfg = TrainConfig(detector="combined", m=30, features=("pcs", "residual"))
+    with pytest.raises(ConfigError, match="add at least 3 features"):
+        check_config(cfg)  # 30 PCs and residuals at k = 16, 32, 64: 33 inputs
+    # 31 documents: residual ks 16 and 30 (32 and 64 clip to 30), 30 PCs: 32 inputs
+    check_config(cfg, (31, 384))
+    with pytest.raises(ConfigError, match="add at least 3 features"):
+        check_config(cfg, (200, 384))
+    fitted = Candidate("combined", 30, {"knn_ks": [1, 50]}, (16, 32, 64)).fitted_to_kb(31, 384)
+    assert (fitted.m, fitted.residual_ks, fitted.params["knn_ks"]) == (30, (16, 30), [1, 31])

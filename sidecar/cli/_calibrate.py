@@ -23,7 +23,6 @@ from sidecar.cli._model_inputs import (
 )
 from sidecar.cli._models import (
     _any_encoder_option,
-    _check_encoder,
     _load_for_import,
     _open,
     _settings,
@@ -137,10 +136,12 @@ def calibrate_command(**opts: Any) -> None:
         check_artifact_kb(art, opts["artifact"], opts["kb"])
     else:
         art, _ = read_model(None, kb_name, opts["ref"], store_dir, redis_url, kb_name)
-    model = servable_model(art, refused="nothing was recalibrated")
-    if opts["publish"] and not opts["no_promote"] and not opts["any_encoder"]:
-        # the new version keeps the encoder: refused before any query is encoded
-        _check_encoder(art, settings, refused="nothing was recalibrated")
+    # the new version keeps the source's encoder: one --publish could not promote is
+    # refused before any query is encoded
+    promotes = opts["publish"] and not opts["no_promote"] and not opts["any_encoder"]
+    model = servable_model(
+        art, refused="nothing was recalibrated", workers=settings if promotes else None
+    )
     embed = QueryEmbeddings.from_options(model, settings, opts)
     E = embed(opts["id_queries"], opts["id_embeddings"], "ID")
     target = opts["target_frr"] or float(model.params.get("target_frr") or DEFAULT_TARGET_FRR)

@@ -17,7 +17,6 @@ import click
 from sidecar.cli._model_inputs import model_options
 from sidecar.cli._models import (
     _any_encoder_option,
-    _check_encoder,
     _open,
     _store_options,
     servable_model,
@@ -174,10 +173,9 @@ def check_command(**opts: Any) -> None:
         art, version = read_model(opts["artifact"], opts["kb"], "active", None, None, default_kb)
     else:
         art, version = read_model(None, opts["kb"], ref, store_dir, redis_url, default_kb)
-    model = servable_model(art, refused="nothing was checked")
-    if opts["promote"] and not opts["any_encoder"]:
-        # refused before any query is encoded, as `models promote` refuses it
-        _check_encoder(art, settings, refused="nothing was checked or promoted")
+    # a model --promote could not promote is refused before any query is encoded
+    workers = settings if opts["promote"] and not opts["any_encoder"] else None
+    model = servable_model(art, refused="nothing was checked or promoted", workers=workers)
     other = None
     if opts["against"]:
         # the store of --store-dir / --redis-url / settings, with or without --artifact

@@ -130,10 +130,12 @@ def _open(
     return _opened(settings, create=create and not read_only)
 
 
-def servable_model(artifact: Artifact, *, refused: str) -> Any:
+def servable_model(artifact: Artifact, *, refused: str, workers: Settings | None = None) -> Any:
     """The :class:`~sidecar.scoring.OODModel` of ``artifact``, checked as a worker checks
     it before it swaps (:func:`~sidecar.hotswap.warm_up`); else
-    :class:`~model_store.IncompatibleArtifact`.
+    :class:`~model_store.IncompatibleArtifact`. Every command that promotes passes the
+    ``workers``' settings: a model of another encoder than theirs is refused as well
+    (:func:`_check_encoder`; leave them out under ``--any-encoder``).
 
     Checksums and signature say the bytes are intact, not that the model section makes
     sense or that its arrays fit together; a version no worker can load must never become
@@ -151,6 +153,8 @@ def servable_model(artifact: Artifact, *, refused: str) -> Any:
         raise IncompatibleArtifact(
             f"{artifact.kb}/{artifact.version} is not a loadable model: {exc}; {refused}"
         ) from exc
+    if workers is not None:
+        _check_encoder(artifact, workers, refused=refused)
     return model
 
 
@@ -333,9 +337,8 @@ def promote_command(
     with _opened(settings, create=False) as store:
         v = _resolve(store, kb, version)
         artifact = store.get(kb, v)
-        servable_model(artifact, refused="nothing was promoted")
-        if not any_encoder:
-            _check_encoder(artifact, settings, refused="nothing was promoted")
+        workers = None if any_encoder else settings
+        servable_model(artifact, refused="nothing was promoted", workers=workers)
         event = store.promote(kb, v)
     if event is None:
         click.echo(f"{kb}: {v} is already active")
@@ -429,9 +432,8 @@ def import_command(
     settings = _settings(store_dir, redis_url)
     # Verified before the store is opened: a rejected artifact needs no connection.
     artifact = _load_for_import(directory, signing_key(settings), allow_unsigned=allow_unsigned)
-    servable_model(artifact, refused="nothing was imported")
-    if promote and not any_encoder:
-        _check_encoder(artifact, settings, refused="nothing was imported")
+    workers = settings if promote and not any_encoder else None
+    servable_model(artifact, refused="nothing was imported", workers=workers)
     with _opened(settings, create=True) as store:
         version = store.put(artifact)
         event = store.promote(artifact.kb, version) if promote else None

@@ -46,32 +46,58 @@ def _kb_sizes(ctx: click.Context, param: click.Parameter, value: str) -> list[in
     show_default=True,
     type=click.Choice(["auto", "full", "randomized", "incremental"]),
 )
+@click.option(
+    "--features",
+    default="pcs,residual",
+    show_default=True,
+    help="The combined detector's blocks, at m = 13, or 'default' for what `sidecar train` "
+    "searches without --features and --m (every default candidate, the max-cosine and "
+    "labelled-neighbour blocks included: their cost grows with the KB and the queries).",
+)
 @click.option("--json", "json_out", required=True, type=_PATH, help="Report JSON.")
 @click.option("--work-dir", type=_PATH, default=None, help="Scratch folder [default: temp].")
 def train_scale_command(
-    sizes: list[int], dim: int, queries: int, pca_method: str, json_out: Path, work_dir: Path | None
+    sizes: list[int],
+    dim: int,
+    queries: int,
+    pca_method: str,
+    features: str,
+    json_out: Path,
+    work_dir: Path | None,
 ) -> None:
     """Time `sidecar train` on synthetic KBs given as embeddings (wall time, peak RSS).
 
     Each size runs in its own process (so peak RSS is that run's), trains the combined
-    detector over [PCs + residuals] with --no-report, and then times scoring of the
-    resulting artifact at batch 256 (projection + detector, encoder excluded). The
+    detector (over [PCs + residuals] unless --features says otherwise) with --no-report,
+    and then times scoring of the resulting artifact at batch 256 (projection +
+    detector, encoder excluded). The
     scratch files (embeddings and models, hundreds of MB at the default sizes) are deleted
     afterwards unless --work-dir names where to keep them.
     """
     import tempfile
 
+    from sidecar.cli._options import parse_features
+    from sidecar.training._job import TrainConfig, check_config
+
     check_output_file(json_out, "--json")
+    blocks = None if features == "default" else parse_features(features)
+    check_config(TrainConfig(features=blocks))  # a bad block before any KB is made
     if work_dir is not None:
         work_dir.mkdir(parents=True, exist_ok=True)
-        _train_scale(sizes, dim, queries, pca_method, json_out, work_dir)
+        _train_scale(sizes, dim, queries, pca_method, blocks, json_out, work_dir)
         return
     with tempfile.TemporaryDirectory(prefix="train-scale-") as tmp:
-        _train_scale(sizes, dim, queries, pca_method, json_out, Path(tmp))
+        _train_scale(sizes, dim, queries, pca_method, blocks, json_out, Path(tmp))
 
 
 def _train_scale(
-    sizes: list[int], dim: int, queries: int, pca_method: str, json_out: Path, root: Path
+    sizes: list[int],
+    dim: int,
+    queries: int,
+    pca_method: str,
+    blocks: tuple[str, ...] | None,
+    json_out: Path,
+    root: Path,
 ) -> None:
     import subprocess
     import sys
@@ -111,10 +137,7 @@ def _train_scale(
             str(d / "id.npy"),
             "--ood-embeddings",
             str(d / "ood.npy"),
-            "--features",
-            "pcs,residual",
-            "--m",
-            "13",
+            *(("--features", ",".join(blocks), "--m", "13") if blocks else ()),
             "--pca-method",
             pca_method,
             "--no-report",
@@ -159,8 +182,14 @@ def _train_scale(
         "queries_each": queries,
         "pca_method": pca_method,
         "runs": runs,
-        "note": "synthetic unit embeddings; detector combined [13 p-value PCs + residual "
-        "norms at k=16,32,64], C searched over {0.1, 1}",
+        "features": ",".join(blocks) if blocks else "default",
+        "note": "synthetic unit embeddings; detector combined "
+        + (
+            f"[{', '.join(blocks)}] at 13 p-value PCs (residual norms at k=16,32,64), C "
+            "searched over the default grid's values"
+            if blocks
+            else "with `sidecar train`'s default search (every default candidate)"
+        ),
     }
     json_out.parent.mkdir(parents=True, exist_ok=True)
     json_out.write_text(json.dumps(out, indent=2) + "\n")

@@ -16,7 +16,10 @@ from sidecar.cli._options import (
     check_output_file,
     criterion_option,
     encoder_option,
+    features_option,
+    neighbour_bank_option,
     no_progress_option,
+    parse_features,
     seed_option,
     select_kbs,
     target_frr_option,
@@ -114,6 +117,8 @@ from sidecar.cli._root import main
     "criteria for the p-value-vs-EVR table ('pvalue_vs_evr'); --no-protocol skips those "
     "refits (an empty table, no protocol targets) when only --detectors matter.",
 )
+@features_option
+@neighbour_bank_option
 @no_progress_option
 def eval_command(
     benchmark: str,
@@ -136,6 +141,8 @@ def eval_command(
     fold_grouping: str,
     n_seeds: int,
     protocol: bool,
+    features: str | None,
+    neighbour_bank: int | None,
     no_progress: bool,
 ) -> None:
     """Evaluate every detector and baseline on a benchmark and write a JSON report.
@@ -165,13 +172,24 @@ def eval_command(
     }
     if caps and benchmark != "stackexchange":
         raise ConfigError("--max-train-per-kb / --max-eval-per-kb apply to stackexchange only")
-    tasks = load_benchmark(benchmark, data_dir, split, **caps)
-    tasks = select_kbs(tasks, kbs, benchmark)
     dets = (
         DETECTORS
         if detectors == "all"
         else tuple(d.strip() for d in detectors.split(",") if d.strip())
     )
+    grids = None
+    if features is not None or neighbour_bank is not None:
+        # the combined candidates `sidecar train` would search with the same options
+        from sidecar.training._grid import combined_grid
+        from sidecar.training._job import TrainConfig, check_config
+
+        if "combined" not in dets:
+            raise ConfigError("--features / --neighbour-bank apply to the combined detector")
+        blocks = parse_features(features)
+        check_config(TrainConfig(features=blocks, neighbour_bank=neighbour_bank))
+        grids = {"combined": combined_grid(blocks, neighbour_bank)}
+    tasks = load_benchmark(benchmark, data_dir, split, **caps)
+    tasks = select_kbs(tasks, kbs, benchmark)
     # The worker's backend (ONNX Runtime under `auto`), on every CPU.
     enc = load_encoder(settings.scoring, name=encoder, threads=available_cpus())
     cache = EmbeddingCache(enc, cache_dir, progress=not no_progress)
@@ -195,6 +213,7 @@ def eval_command(
             protocol=with_protocol,
             calibration=calibration,
             group_cache=groups,
+            grids=grids,
         )
 
     with threadpool_limits(limits=blas_threads):
@@ -205,6 +224,8 @@ def eval_command(
             report["wall_s"] = round(report["wall_s"] + sum(r["wall_s"] for r in extra), 1)
             report["targets"] = targets(report)
     report["subsample"] = caps or None
+    if grids is not None:
+        report["combined_grid"] = {"features": features, "neighbour_bank": neighbour_bank}
     json_out.parent.mkdir(parents=True, exist_ok=True)
     json_out.write_text(json.dumps(report, indent=2) + "\n")
     click.echo(f"wrote {json_out}")

@@ -17,7 +17,10 @@ from sidecar.cli._options import (
     check_output_file,
     criterion_option,
     encoder_option,
+    features_option,
+    neighbour_bank_option,
     no_progress_option,
+    parse_features,
     seed_option,
     target_frr_option,
     threshold_rule_option,
@@ -84,19 +87,8 @@ class _FitBar:
     "extra features (combined with its default features: m <= 29) [default: searched].",
 )
 @click.option("--m-range", default=None, help="Search m in LOW:HIGH, e.g. 8:32.")
-@click.option(
-    "--features",
-    default=None,
-    help="combined only: comma-separated blocks among pcs,residual,max_cosine,knn,neighbours.",
-)
-@click.option(
-    "--neighbour-bank",
-    type=click.IntRange(min=10),
-    default=None,
-    help="combined with the neighbours block: keep at most N labelled training queries "
-    "per class for it (a seeded subsample); scoring time is linear in N [default: all, up "
-    "to 6,000 ID and 4,000 OOD]. 2000 halved CLINC150's cost for -0.0002 AUROC.",
-)
+@features_option
+@neighbour_bank_option
 @target_frr_option
 @click.option(
     "--group-near-duplicates/--no-group-near-duplicates",
@@ -211,9 +203,7 @@ def train_command(**opts: Any) -> None:
 
         check_publish_target(settings, opts["kb_name"] or settings.scoring.default_kb)
     progress = not opts["no_progress"]
-    features = None
-    if opts["features"]:
-        features = tuple(f.strip() for f in opts["features"].split(",") if f.strip())
+    features = parse_features(opts["features"])
     cfg = TrainConfig(
         detector=opts["detector"],
         criterion=opts["criterion"],
@@ -271,6 +261,13 @@ def train_command(**opts: Any) -> None:
         f"model {artifact.version} for KB {m.kb!r}: {m.detector_name}, criterion "
         f"{m.criterion}, m={m.m}, dims={m.dims}, threshold={m.threshold:.6g}"
     )
+    if opts["criterion"] != m.criterion and opts["criterion"] != "auto":
+        # p-value selection needs OOD queries (or enough ID ones) for its t-test
+        click.echo(
+            f"  note: --criterion {opts['criterion']} was asked for; the PCs were chosen by "
+            f"{m.criterion}"
+            + ("" if inputs.ood_queries is not None else " (no OOD training queries)")
+        )
     for k, v in result.validation.items():
         if isinstance(v, float):
             click.echo(f"  {k}: {v:.4f}")

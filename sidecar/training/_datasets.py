@@ -186,6 +186,9 @@ def load_stackexchange(
     def site_file(part: str, site: str) -> Path:
         return root / part / f"{site}.stackexchange.com.txt"
 
+    absent = [str(site_file(split, s)) for s in sites if not site_file(split, s).exists()]
+    if split == "test" and absent:  # say every missing file at once, not the first
+        raise DataError(f"missing for --split test: {'; '.join(absent)}")
     evals = {s: _cap(read_lines(site_file(split, s)), max_eval_per_kb, seed) for s in sites}
     # A site's evaluation titles are ID for it and OOD for the others: none may train.
     held_out = [t for titles in evals.values() for t in titles]

@@ -283,11 +283,12 @@ def evaluate_benchmark(
     protocol: bool = True,
     calibration: str | None = None,
     group_cache: dict[Any, Any] | None = None,
+    grids: Mapping[str, Sequence[Candidate]] | None = None,
 ) -> dict[str, Any]:
     """Run :func:`evaluate_task` on every KB and assemble the report JSON.
 
     ``protocol=False`` skips the p-value-vs-EVR refits (an empty ``pvalue_vs_evr`` table);
-    ``group_cache`` is passed on to every :func:`evaluate_task`.
+    ``group_cache`` and ``grids`` are passed on to every :func:`evaluate_task`.
     """
     from tqdm.auto import tqdm
 
@@ -312,6 +313,7 @@ def evaluate_benchmark(
             protocol=protocol,
             calibration=calibration,
             group_cache=group_cache,
+            grids=grids,
         )
         per_kb[task.name] = res["detectors"]
         by_kb[task.name] = res["protocol"]

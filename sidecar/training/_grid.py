@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -94,3 +94,27 @@ def default_grid(detector: str) -> list[Candidate]:
     if detector == "knn":
         return [c(detector, 13, {"n_neighbors": 10})]
     return [c(detector)]  # max_cosine, mahalanobis: nothing to tune
+
+
+def combined_grid(
+    features: Sequence[str] | None = None, neighbour_bank: int | None = None
+) -> list[Candidate]:
+    """The combined detector's grid, kept to the candidates of ``features`` (a grid of
+    C = 0.1 / 1 / 10 at m = 13 when the default grid has none), each neighbours block
+    holding at most ``neighbour_bank`` labelled queries per class."""
+    base = default_grid("combined")
+    if features is not None:
+        base = [c for c in base if tuple(c.params.get("features", ())) == tuple(features)]
+        if not base:
+            base = [
+                Candidate("combined", 13, {"C": C, "features": list(features)}, (16, 32, 64))
+                for C in (0.1, 1.0, 10.0)
+            ]
+    if neighbour_bank is not None:
+        base = [
+            replace(c, params={**c.params, "bank_max": neighbour_bank})
+            if "neighbours" in c.params.get("features", ())
+            else c
+            for c in base
+        ]
+    return base

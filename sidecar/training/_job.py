@@ -32,7 +32,7 @@ from sidecar.errors import ConfigError, DataError
 from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel, detector_kinds
 from sidecar.scoring._linear import CombinedDetector
 from sidecar.training._fitting import FitProgress
-from sidecar.training._grid import MAX_DIMS, Candidate, default_grid
+from sidecar.training._grid import MAX_DIMS, Candidate, combined_grid, default_grid
 from sidecar.training._metrics import auroc, balanced_accuracy, fpr_at_tpr, paper_accuracy
 from sidecar.training._search import FULL_SPACE_DETECTORS, SearchResult, search
 from sidecar.training._splits import (
@@ -164,21 +164,10 @@ def _m_values(lo: int, hi: int) -> list[int]:
 
 def build_grid(cfg: TrainConfig) -> list[Candidate]:
     """The detector's default grid with m fixed (``m``) or spread over ``m_range``."""
-    base = default_grid(cfg.detector)
-    if cfg.features is not None and cfg.detector == "combined":
-        base = [c for c in base if tuple(c.params.get("features", ())) == tuple(cfg.features)]
-        if not base:
-            base = [
-                Candidate("combined", 13, {"C": C, "features": list(cfg.features)}, (16, 32, 64))
-                for C in (0.1, 1.0, 10.0)
-            ]
-    if cfg.neighbour_bank is not None:
-        base = [
-            replace(c, params={**c.params, "bank_max": cfg.neighbour_bank})
-            if "neighbours" in c.params.get("features", ())
-            else c
-            for c in base
-        ]
+    if cfg.detector == "combined":
+        base = combined_grid(cfg.features, cfg.neighbour_bank)
+    else:
+        base = default_grid(cfg.detector)
     if cfg.m is None and cfg.m_range is None:
         return base
     ms = [cfg.m] if cfg.m is not None else _m_values(*cfg.m_range)  # type: ignore[misc]

@@ -67,9 +67,11 @@ def read_pairs(
     data = read_json(path)
     if not isinstance(data, dict):
         raise DataError(f"{path}: expected an object of split -> list of [text, intent] pairs")
-    for key in keys:
-        if key not in data:
-            raise DataError(f"{path} has no {key!r} key{why}")
+    absent = [repr(key) for key in keys if key not in data]
+    if absent:
+        raise DataError(
+            f"{path} has no {' / '.join(absent)} key{'s' if len(absent) > 1 else ''}{why}"
+        )
     out = {}
     for key in [*keys, *(k for k in optional if k in data)]:
         rows = data[key]

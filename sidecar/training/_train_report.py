@@ -23,7 +23,11 @@ from sidecar.training._report import ReportData, pc_loadings, write_report
 
 REPORT_DETECTORS = (
     "epsilon_ball",
+    "epsilon_cube",
+    "epsilon_rect",
     "logreg",
+    "svm",
+    "gmm",
     "residual",
     "combined",
     "max_cosine",

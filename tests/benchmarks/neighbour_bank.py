@@ -18,8 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import replace
-from typing import Any
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -27,20 +25,9 @@ from threadpoolctl import threadpool_limits
 from sidecar.cli._bench_timing import cpu_facts
 from sidecar.scoring import available_cpus, load_encoder
 from sidecar.settings import load_settings
-from sidecar.training import EmbeddingCache, default_grid, evaluate_task, load_benchmark
+from sidecar.training import EmbeddingCache, evaluate_task, load_benchmark
+from sidecar.training._grid import combined_grid
 from sidecar.training._metrics import METRIC_KEYS
-
-
-def _grid(cap: int) -> list[Any]:
-    grid = default_grid("combined")
-    if not cap:
-        return grid
-    return [
-        replace(c, params={**c.params, "bank_max": cap})
-        if "neighbours" in c.params.get("features", ())
-        else c
-        for c in grid
-    ]
 
 
 def main() -> None:
@@ -67,7 +54,7 @@ def main() -> None:
                     encoder={"name": enc.name, "dim": enc.dim},
                     detectors=("combined",),
                     protocol=False,
-                    grids={"combined": _grid(cap)},
+                    grids={"combined": combined_grid(None, cap or None)},
                 )
                 row = res["detectors"]["combined"]
                 per_kb[task.name] = {k: row[k] for k in METRIC_KEYS if k in row}

@@ -58,6 +58,7 @@ def test_eval_writes_the_documented_json_and_its_report(shared_data: Path, tmp_p
         "--seeds",
         "2",
         "--no-protocol",
+        *("--features", "pcs,residual,max_cosine"),  # the candidates `train --features` has
         "--report",
         str(tmp_path / "report2"),
         "--cache-dir",
@@ -77,6 +78,8 @@ def test_eval_writes_the_documented_json_and_its_report(shared_data: Path, tmp_p
     assert ba["min"] <= ba["median"] <= ba["max"]
     folds = doc2["kbs"]["covid"]["combined"]["folds"]
     assert all(f["calibration"] == "split" for f in folds)
+    assert all(f["params"]["features"] == ["pcs", "residual", "max_cosine"] for f in folds)
+    assert doc2["combined_grid"] == {"features": "pcs,residual,max_cosine", "neighbour_bank": None}
     # cross-calibration scores every ID training query; split only its calibration part
     assert all(s < c for s, c in zip([f["n_calibration"] for f in folds], cross_cal, strict=True))
     (target,) = [t for t in doc2["targets"] if t["target"].startswith("balanced accuracy of")]

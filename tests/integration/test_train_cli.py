@@ -361,9 +361,20 @@ def test_train_scale_deletes_its_scratch_files_and_reports_each_size(
     args = ["bench", "train-scale", "--sizes", "150", "--dim", "64", "--queries", "200"]
     res = CliRunner().invoke(main, [*args, "--json", str(out)])
     assert res.exit_code == 0, res.output
-    runs = json.loads(out.read_text())["runs"]
+    doc = json.loads(out.read_text())
+    runs = doc["runs"]
     assert [r["n_kb"] for r in runs] == [150] and runs[0]["us_per_query_batch256"] > 0
+    assert doc["features"] == "pcs,residual"
+    fixed = runs[0]["candidates"]
     assert list(scratch.iterdir()) == []  # embeddings and models gone with the run
+    # the product's default search: m searched, not fixed at 13
+    res = CliRunner().invoke(main, [*args, "--features", "default", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert doc["features"] == "default" and "default search" in doc["note"]
+    assert doc["runs"][0]["candidates"] > fixed  # every default candidate searched
+    res = CliRunner().invoke(main, [*args, "--features", "pcs,nope", "--json", str(out)])
+    assert res.exit_code == 2 and "--features takes blocks among" in res.output
 
 
 def test_too_few_id_queries_for_a_t_test_is_said_once_in_terms_of_the_input(
@@ -376,3 +387,18 @@ def test_too_few_id_queries_for_a_t_test_is_said_once_in_terms_of_the_input(
     assert "--criterion evr" in line and "could be fitted" not in line  # not per candidate
     res = CliRunner().invoke(main, [*args, "--criterion", "evr", "--no-report"])
     assert res.exit_code == 0, res.output
+
+
+def test_a_criterion_that_could_not_be_used_is_named(
+    tmp_path: Path, embeddings: dict[str, Path]
+) -> None:
+    args = ["train", "--kb-embeddings", str(embeddings["kb"]), "--id-embeddings",
+            str(embeddings["id"]), "--detector", "residual", "--no-report", "--no-progress",
+            "--out", str(tmp_path / "m")]  # fmt: skip
+    res = CliRunner().invoke(main, [*args, "--criterion", "pvalue"])
+    assert res.exit_code == 0, res.output
+    assert "criterion evr" in res.output
+    assert "--criterion pvalue was asked for; the PCs were chosen by evr" in res.output
+    assert "(no OOD training queries)" in res.output
+    res = CliRunner().invoke(main, [*args, "--criterion", "evr"])
+    assert res.exit_code == 0 and "was asked for" not in res.output, res.output

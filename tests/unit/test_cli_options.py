@@ -180,3 +180,20 @@ def test_a_broken_pipe_that_is_not_stdout_is_an_error(
     res = CliRunner().invoke(main, ["--debug", *args])
     assert res.exit_code == 2 and "Traceback" in res.output  # --debug shows where it was
     assert "peer_gone" in res.output and "BrokenPipeError" in res.output
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        (["--detectors", "max_cosine", "--features", "pcs"], "apply to the combined detector"),
+        (["--features", "pcs,bogus"], "--features takes blocks among"),
+        (["--features", "pcs,residual", "--neighbour-bank", "100"], "neighbours block"),
+    ],
+)
+def test_eval_grid_options_are_refused_before_any_data_is_read(
+    extra: list[str], words: str, tmp_path: Path, one_error_line: Callable[[Result], str]
+) -> None:
+    args = ["eval", "--benchmark", "covid", "--data-dir", str(tmp_path / "no_such_data"),
+            "--json", str(tmp_path / "x.json"), *extra]  # fmt: skip
+    assert words in one_error_line(_invoke(*args))
+    assert not (tmp_path / "x.json").exists()

@@ -78,7 +78,7 @@ def test_clinc150_test_split_uses_test_keys(tmp_path: Path) -> None:
 
 def test_clinc150_test_keys_missing_is_clear(tmp_path: Path) -> None:
     _clinc(tmp_path)
-    with pytest.raises(DataError, match="'test'"):
+    with pytest.raises(DataError, match="has no 'test' / 'oos_test' keys"):  # both named
         load_clinc150(tmp_path, "test")
 
 
@@ -130,8 +130,9 @@ def test_stackexchange_dev_layout(tmp_path: Path) -> None:
 
 def test_stackexchange_missing_test_file_named(tmp_path: Path) -> None:
     _stackexchange(tmp_path)
-    with pytest.raises(DataError, match=r"test/history\.stackexchange\.com\.txt"):
+    with pytest.raises(DataError, match=r"test/history\.stackexchange\.com\.txt") as err:
         load_stackexchange(tmp_path, "test")
+    assert str(err.value).count("stackexchange.com.txt") == 8  # every missing site at once
 
 
 def test_stackexchange_caps_are_seeded(tmp_path: Path) -> None:

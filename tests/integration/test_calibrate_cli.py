@@ -66,7 +66,7 @@ def test_a_store_version_is_recalibrated_into_the_same_store(trained: Path, tmp_
     kb = load_dir(trained).kb
     store.promote(kb, source)
     where = ["--store-dir", str(store_dir), "--kb", kb]
-    queries = str(demo_path(DEMO_ID_QUERIES))  # 70 texts: enough for a 5% target
+    queries = str(demo_path(DEMO_ID_QUERIES))  # 102 texts: enough for a 5% target
     res = _run(*where, "--id-queries", queries, "--target-frr", "0.05", "--publish",
                "--no-promote")  # fmt: skip
     assert res.exit_code == 0, res.output
@@ -75,7 +75,7 @@ def test_a_store_version_is_recalibrated_into_the_same_store(trained: Path, tmp_
     (new_version,) = set(versions) - {source}
     new = OODModel.from_artifact(store.get(kb, new_version))
     assert new.metrics["recalibrated_from"]["version"] == source
-    assert new.params["target_frr"] == 0.05 and new.metrics["n_calibration"] == 70
+    assert new.params["target_frr"] == 0.05 and new.metrics["n_calibration"] == 102
     res = _run(*where, "--version", new_version[:10], "--id-queries", queries, "--target-frr",
                "0.05", "--publish")  # fmt: skip
     assert res.exit_code == 0, res.output

@@ -70,9 +70,9 @@ def train_scale_command(
     Each size runs in its own process (so peak RSS is that run's), trains the combined
     detector (over [PCs + residuals] unless --features says otherwise) with --no-report,
     and then times scoring of the resulting artifact at batch 256 (projection +
-    detector, encoder excluded). The
-    scratch files (embeddings and models, hundreds of MB at the default sizes) are deleted
-    afterwards unless --work-dir names where to keep them.
+    detector, encoder excluded). The scratch files (embeddings and models, hundreds of
+    MB at the default sizes) are deleted afterwards unless --work-dir names where to
+    keep them.
     """
     import tempfile
 

@@ -77,11 +77,6 @@ class _Group(click.Group):
             raise new from exc
         except BrokenPipeError as exc:
             fd = _closed_stdout()
-            if fd is None and (ctx.obj or {}).get("debug"):
-                import traceback
-
-                traceback.print_exc()  # raised, click would end it quietly with exit 1
-                sys.exit(2)
             if fd is None:
                 self._fail(ctx, exc)  # a socket's peer went away: an error like any other
             # The reader of stdout went away (`sidecar models show ... | head -1`): not an
@@ -95,7 +90,12 @@ class _Group(click.Group):
     def _fail(ctx: click.Context, exc: BaseException) -> NoReturn:
         """One ``error:`` line and exit 2, or the traceback under --debug."""
         if (ctx.obj or {}).get("debug"):
-            raise exc
+            if not (isinstance(exc, OSError) and exc.errno == errno.EPIPE):
+                raise exc
+            import traceback
+
+            traceback.print_exc()  # raised, click would end EPIPE quietly with exit 1
+            sys.exit(2)
         hint = " (retrying may help)" if _retryable(exc) else ""
         click.echo(f"error: {_describe(exc)}{hint}", err=True)
         sys.exit(2)

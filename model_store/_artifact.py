@@ -6,8 +6,12 @@ versions) and records the dtype, shape and sha256 of every array. The arrays tra
 an uncompressed ``.npz`` read with ``allow_pickle=False``. The version id is derived from
 the content, so publishing the same model twice yields the same version.
 
-When a signing key is configured, the manifest carries an HMAC-SHA256 over its canonical
-JSON; because the manifest holds each array's sha256, the signature covers the arrays too.
+Every manifest also carries ``content_sha256``, the sha256 of its own content (everything
+but the publication keys), which loading recomputes: a hand-edited threshold or intercept
+is refused like a flipped array byte. That proves consistency, not authorship (whoever
+edits can recompute it). When a signing key is configured, the manifest carries an
+HMAC-SHA256 over its canonical JSON; because the manifest holds each array's sha256, the
+signature covers the arrays too.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ MANIFEST_FILE = "manifest.json"
 ARRAYS_FILE = "arrays.npz"
 
 # Keys that describe a publication, not the model; they do not enter the version id.
-_VOLATILE_KEYS = frozenset({"signature", "created_at", "version"})
+_VOLATILE_KEYS = frozenset({"signature", "created_at", "version", "content_sha256"})
 # numpy dtype kinds that load without pickle: bool, signed, unsigned, float, unicode.
 _SAFE_KINDS = frozenset("biufU")
 # The dtype.str of such a dtype: byte order, kind, item size ('<f4', '|b1', '<U12').
@@ -91,7 +95,7 @@ class Artifact:
     @property
     def version(self) -> str:
         """Content-derived version id (16 hex digits of a sha256)."""
-        return hashlib.sha256(canonical_json(_content_manifest(self.manifest))).hexdigest()[:16]
+        return content_digest(self.manifest)[:16]
 
     @property
     def kb(self) -> str:
@@ -156,7 +160,13 @@ def build_artifact(
         manifest.update(extra)
     # Round-trip once so that a non-JSON value fails here, not in the store.
     manifest = json.loads(canonical_json(manifest))
+    manifest["content_sha256"] = content_digest(manifest)
     return Artifact(manifest, clean)
+
+
+def content_digest(manifest: Mapping[str, Any]) -> str:
+    """sha256 of the manifest's canonical JSON without the publication keys."""
+    return hashlib.sha256(canonical_json(_content_manifest(manifest))).hexdigest()
 
 
 def _library_versions() -> dict[str, str]:
@@ -180,6 +190,7 @@ def decode(
     *,
     hmac_key: bytes | None = None,
     expected_encoder: Mapping[str, Any] | None = None,
+    allow_unsigned: bool = False,
 ) -> Artifact:
     """Validate and rebuild an artifact; raise an :class:`ArtifactRejected` subclass otherwise.
 
@@ -187,9 +198,15 @@ def decode(
     a key is given); the manifest's structure; the encoder (when ``expected_encoder`` is
     given); then the archive's members against the manifest, before numpy reads them (see
     :mod:`model_store._npz`); then every array's dtype, shape and sha256. Arrays are read
-    with ``allow_pickle=False``.
+    with ``allow_pickle=False``. ``allow_unsigned`` waives a missing signature only; one
+    that is present must still match ``hmac_key``.
     """
-    manifest = verify_manifest(manifest_bytes, hmac_key=hmac_key, expected_encoder=expected_encoder)
+    manifest = verify_manifest(
+        manifest_bytes,
+        hmac_key=hmac_key,
+        expected_encoder=expected_encoder,
+        allow_unsigned=allow_unsigned,
+    )
     declared: dict[str, Any] = manifest["arrays"]
     arrays = read_arrays(arrays_bytes, declared)
     for name, arr in arrays.items():
@@ -206,9 +223,10 @@ def verify_manifest(
     *,
     hmac_key: bytes | None = None,
     expected_encoder: Mapping[str, Any] | None = None,
+    allow_unsigned: bool = False,
 ) -> dict[str, Any]:
-    """Parse and check a manifest without touching arrays (structure, schema, signature,
-    encoder); raise an :class:`ArtifactRejected` subclass otherwise.
+    """Parse and check a manifest without touching arrays (schema, signature, structure,
+    content digest, encoder); raise an :class:`ArtifactRejected` subclass otherwise.
     """
     try:
         manifest = json.loads(manifest_bytes)
@@ -229,13 +247,18 @@ def verify_manifest(
     if "signature" in manifest and not (isinstance(sig, str) and _HEX64.fullmatch(sig)):
         # compare_digest raises TypeError on non-ASCII text: keep such input away from it.
         raise ArtifactCorrupt("manifest signature is not a hex HMAC-SHA256 digest")
-    if hmac_key:
+    if hmac_key and not (sig is None and allow_unsigned):
         if sig is None:
             raise SignatureInvalid("manifest is unsigned but a signing key is configured")
         if not hmac.compare_digest(sig, _signature(manifest, hmac_key)):
             raise SignatureInvalid("manifest signature does not match the configured key")
     # After the HMAC, so that a forger without the key learns nothing from these messages.
     _check_structure(manifest)
+    recorded = manifest.get("content_sha256")
+    if not (isinstance(recorded, str) and _HEX64.fullmatch(recorded)):
+        raise ArtifactCorrupt("manifest has no content_sha256 (a hex sha256 of its content)")
+    if not hmac.compare_digest(recorded, content_digest(manifest)):
+        raise ArtifactCorrupt("manifest content does not match its content_sha256 (edited?)")
     if expected_encoder is not None:
         enc = manifest["encoder"]
         want = (str(expected_encoder["name"]), int(expected_encoder["dim"]))
@@ -330,11 +353,14 @@ def read_bounded(path: Path, limit: int) -> bytes:
     return data
 
 
-def read_dir_files(p: Path, hmac_key: bytes | None) -> tuple[bytes, bytes]:
+def read_dir_files(
+    p: Path, hmac_key: bytes | None, *, allow_unsigned: bool = False
+) -> tuple[bytes, bytes]:
     """The manifest and the arrays of an artifact directory, each read within the bound
     the other allows: the arrays within what the checked manifest declares."""
     manifest_bytes = read_bounded(p / MANIFEST_FILE, MANIFEST_MAX_BYTES)
-    declared = verify_manifest(manifest_bytes, hmac_key=hmac_key)["arrays"]
+    manifest = verify_manifest(manifest_bytes, hmac_key=hmac_key, allow_unsigned=allow_unsigned)
+    declared = manifest["arrays"]
     return manifest_bytes, read_bounded(p / ARRAYS_FILE, max_npz_bytes(declared))
 
 
@@ -343,15 +369,21 @@ def load_dir(
     *,
     hmac_key: bytes | None = None,
     expected_encoder: Mapping[str, Any] | None = None,
+    allow_unsigned: bool = False,
 ) -> Artifact:
-    """Read and validate an artifact directory written by :func:`save_dir`."""
+    """Read and validate an artifact directory written by :func:`save_dir` (see
+    :func:`decode` for what is checked)."""
     p = Path(path)
     try:
-        manifest_bytes, arrays_bytes = read_dir_files(p, hmac_key)
+        manifest_bytes, arrays_bytes = read_dir_files(p, hmac_key, allow_unsigned=allow_unsigned)
     except FileNotFoundError as exc:
         raise ArtifactNotFound(
             f"{p} is not an artifact directory (missing {exc.filename})"
         ) from exc
     return decode(
-        manifest_bytes, arrays_bytes, hmac_key=hmac_key, expected_encoder=expected_encoder
+        manifest_bytes,
+        arrays_bytes,
+        hmac_key=hmac_key,
+        expected_encoder=expected_encoder,
+        allow_unsigned=allow_unsigned,
     )

@@ -26,6 +26,7 @@ from model_store import (
     RedisStore,
     SignatureInvalid,
     build_artifact,
+    content_digest,
 )
 from sidecar.embedded import EmbeddedRedis
 
@@ -295,7 +296,13 @@ def test_rewritten_manifest_no_longer_matches_its_version(make_store: StoreFacto
     def tamper(m: dict) -> None:
         m["model"]["seed"] = 99  # a plausible edit: checksums still match the arrays
 
+    def reseal(m: dict) -> None:
+        m["content_sha256"] = content_digest(m)  # consistent again, but another version
+
     rewrite_manifest(store, KB, version, tamper)
+    with pytest.raises(ArtifactCorrupt, match="content_sha256"):
+        store.get(KB, version)
+    rewrite_manifest(store, KB, version, reseal)
     with pytest.raises(ArtifactCorrupt, match="hashes to"):
         store.get(KB, version)
 

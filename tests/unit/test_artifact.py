@@ -20,6 +20,7 @@ from model_store import (
     IncompatibleArtifact,
     SignatureInvalid,
     build_artifact,
+    content_digest,
     decode,
     encode,
     load_dir,
@@ -123,12 +124,58 @@ def test_manifest_errors() -> None:
         decode(json.dumps(doc).encode(), npz)
 
 
+def _resealed(doc: dict[str, Any]) -> bytes:
+    """The manifest ``doc`` with its content digest recomputed, as a careful forger would."""
+    return json.dumps({**doc, "content_sha256": content_digest(doc)}).encode()
+
+
 def test_manifest_shape_edit_is_refused() -> None:
     manifest, npz = encode(_artifact())
     doc = json.loads(manifest)
     doc["arrays"]["a"]["shape"] = [4, 3]
-    with pytest.raises(ArtifactCorrupt):
+    with pytest.raises(ArtifactCorrupt, match="content_sha256"):
         decode(json.dumps(doc).encode(), npz)
+    # Even with the digest recomputed, the arrays do not match what the manifest declares.
+    with pytest.raises(ArtifactCorrupt, match="differs from the manifest"):
+        decode(_resealed(doc), npz)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda d: d["model"].update(threshold=1e9),
+        lambda d: d["metrics"].update(auroc=1.0),
+        lambda d: d["encoder"].update(name="other"),
+        lambda d: d.update(kb="another-kb"),
+    ],
+    ids=["threshold", "metrics", "encoder", "kb"],
+)
+def test_unsigned_manifest_edit_is_refused(edit: Callable[[dict[str, Any]], None]) -> None:
+    manifest, npz = encode(_artifact(threshold=0.5))
+    doc = json.loads(manifest)
+    edit(doc)
+    with pytest.raises(ArtifactCorrupt, match="does not match its content_sha256"):
+        decode(json.dumps(doc).encode(), npz)
+    decode(manifest, npz)  # the untouched one loads
+
+
+def test_manifest_without_content_digest_is_refused() -> None:
+    manifest, npz = encode(_artifact())
+    doc = json.loads(manifest)
+    del doc["content_sha256"]
+    with pytest.raises(ArtifactCorrupt, match="no content_sha256"):
+        decode(json.dumps(doc).encode(), npz)
+    doc["content_sha256"] = "not-hex"
+    with pytest.raises(ArtifactCorrupt, match="no content_sha256"):
+        decode(json.dumps(doc).encode(), npz)
+
+
+def test_publication_keys_leave_the_digest_and_version_alone() -> None:
+    art = _artifact()
+    stamped = {**art.manifest, "created_at": "2026-12-02T00:00:00Z", "version": art.version}
+    assert content_digest(stamped) == art.manifest["content_sha256"]
+    assert decode(json.dumps(stamped).encode(), encode(art)[1]).version == art.version
+    assert art.signed(b"key").version == art.version
 
 
 def test_signature() -> None:

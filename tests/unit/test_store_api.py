@@ -47,6 +47,7 @@ def test_public_names_are_pinned() -> None:
         "VersionInfo",
         "build_artifact",
         "check_kb",
+        "content_digest",
         "decode",
         "encode",
         "load_dir",

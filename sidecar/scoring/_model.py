@@ -221,7 +221,10 @@ class OODModel:
         proj = Xc = None
         if "pcs" in inputs or "residual" in inputs:
             # float64 so that a query's score does not depend on its batch's BLAS kernel.
-            Xc = E.astype(np.float64) - self._mean64
+            # One ufunc call that widens as it subtracts: astype() and then "-" allocate
+            # two fresh buffers, and at batch 256 their page faults cost more than the
+            # projection (3.9 against 1.4 us per query for the residual on an EPYC).
+            Xc = np.subtract(E, self._mean64, dtype=np.float64)
             proj = Xc @ self._ct[:, : self._n_proj]
         for name in inputs:
             if name == "pcs":
@@ -229,9 +232,15 @@ class OODModel:
                 blocks.append(proj[:, self.selected_pcs])
             elif name == "residual":
                 assert proj is not None and Xc is not None
+                # Squared length within each k's PCs, summed segment by segment between
+                # the sorted ks (a cumsum over every column cost more than the projection).
+                explained, start, acc = {}, 0, 0.0
+                for k in sorted(set(self.residual_ks)):
+                    seg = proj[:, start:k]
+                    acc = acc + np.einsum("ij,ij->i", seg, seg)
+                    explained[k], start = acc, k
                 total = np.einsum("ij,ij->i", Xc, Xc)
-                cum = np.cumsum(np.square(proj), axis=1)
-                cols = [np.sqrt(np.maximum(total - cum[:, k - 1], 0.0)) for k in self.residual_ks]
+                cols = [np.sqrt(np.maximum(total - explained[k], 0.0)) for k in self.residual_ks]
                 blocks.append(np.stack(cols, axis=1))
             elif name == "max_cosine":
                 q = E / np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1e-12)

@@ -66,8 +66,9 @@ class SwappableModel(Protocol):
         """True where a query is OOD, shape (n_queries,)."""
         ...
 
-    def check_encoder(self, name: str, dim: int) -> None:
-        """Raise ``EncoderMismatch`` unless the model was built for this encoder."""
+    def check_encoder(self, name: str, dim: int, probes: np.ndarray | None = None) -> None:
+        """Raise ``EncoderMismatch`` unless the model was built for this encoder (and, given
+        the running encoder's probe embeddings, for its weights)."""
         ...
 
 
@@ -245,6 +246,9 @@ class ModelWatcher:
     holder : ModelHolder
     encoder : dict
         ``{"name", "dim"}`` of the encoder this process runs; other artifacts are refused.
+    encoder_probes : ndarray, optional
+        The running encoder's embeddings of the probe sentences
+        (``sidecar.scoring.embed_probes``); a model that recorded others is refused.
     poll_interval_s : float
         Safety-net poll of the active pointers.
     warmup : bool
@@ -261,6 +265,7 @@ class ModelWatcher:
     holder: ModelHolder
     _: KW_ONLY
     encoder: Mapping[str, Any]
+    encoder_probes: np.ndarray | None = None
     poll_interval_s: float = 5.0
     warmup: bool = True
     loader: ModelLoader | None = None
@@ -394,7 +399,7 @@ class ModelWatcher:
         """Build, check and warm a model (runs in a worker thread)."""
         model = (self.loader or _default_loader)(artifact)
         name, dim = str(self.encoder["name"]), int(self.encoder["dim"])
-        model.check_encoder(name, dim)
+        model.check_encoder(name, dim, probes=self.encoder_probes)
         if self.warmup:
             warm_up(model, dim)
         else:

@@ -147,7 +147,7 @@ def _score(settings: Any, art: Any, version: str, values: list[bytes]) -> Any:
     import asyncio
 
     from sidecar.hotswap import LoadedModel
-    from sidecar.scoring import load_encoder
+    from sidecar.scoring import embed_probes, load_encoder
     from sidecar.stream._batch import BatchScorer
     from sidecar.stream._records import InputPolicy, Raw
 
@@ -156,7 +156,7 @@ def _score(settings: Any, art: Any, version: str, values: list[bytes]) -> Any:
     # The worker's encoder: the model records only its name, which for a local directory
     # is the folder's name, not a path to load it from.
     encoder = load_encoder(settings.scoring)
-    model.check_encoder(encoder.name, encoder.dim)
+    model.check_encoder(encoder.name, encoder.dim, probes=embed_probes(encoder.encode))
     loaded = LoadedModel(kb=kb, version=version, model=model, loaded_at=time.time())
 
     class _One:

@@ -36,6 +36,7 @@ from sidecar.scoring._geometric import EpsilonBall, EpsilonCube, EpsilonRect
 from sidecar.scoring._gmm import GMMDetector
 from sidecar.scoring._linear import CombinedDetector, LogRegDetector
 from sidecar.scoring._model import OODModel
+from sidecar.scoring._probes import MIN_PROBE_COSINE, PROBE_TEXTS, embed_probes
 from sidecar.scoring._subspace import KBSubspace, select_evr, select_pvalue
 from sidecar.scoring._svm import SVMDetector
 
@@ -43,6 +44,8 @@ __all__ = [
     "DEFAULT_ENCODER",
     "DEFAULT_TARGET_FRR",
     "INPUT_BLOCKS",
+    "MIN_PROBE_COSINE",
+    "PROBE_TEXTS",
     "CombinedDetector",
     "Encoder",
     "EpsilonBall",
@@ -63,6 +66,7 @@ __all__ = [
     "conformal_threshold",
     "detector_class",
     "detector_kinds",
+    "embed_probes",
     "encoder_threads",
     "fit_ood_model",
     "load_encoder",

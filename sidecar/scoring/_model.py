@@ -21,6 +21,7 @@ from model_store import Artifact, IncompatibleArtifact, build_artifact
 from sidecar.errors import DataError, EncoderMismatch
 from sidecar.scoring._base import INPUT_BLOCKS, OODDetector, detector_class
 from sidecar.scoring._baselines import top_cosines, top_k_cosines
+from sidecar.scoring._probes import probe_mismatch
 
 MODEL_FORMAT = "kb-subspace-ood/1"
 SCORE_CONVENTION = "higher = more out-of-domain; OOD when score > threshold"
@@ -70,6 +71,10 @@ class OODModel:
     kb_embeddings : ndarray of shape (n_kb, dim) or None
         Only kept when the detector uses the ``"max_cosine"`` block.
     explained_variance_ratio : ndarray of shape (K,) or None
+    encoder_probes : ndarray of shape (n_probes, dim) or None
+        Embeddings of ``encoder_probe_texts`` by the encoder that embedded the training
+        data (see :mod:`sidecar.scoring._probes`); None when training had no encoder.
+    encoder_probe_texts : tuple of str
     version : str or None
         The artifact version the model was loaded from (not part of its content).
     """
@@ -89,6 +94,8 @@ class OODModel:
     residual_ks: tuple[int, ...] = ()
     kb_embeddings: np.ndarray | None = None
     explained_variance_ratio: np.ndarray | None = None
+    encoder_probes: np.ndarray | None = None
+    encoder_probe_texts: tuple[str, ...] = ()
     version: str | None = None
     # Hot-path caches, derived in __post_init__.
     _inputs: tuple[str, ...] = field(init=False, repr=False)
@@ -123,6 +130,15 @@ class OODModel:
             shape = np.asarray(self.kb_embeddings).shape
             if len(shape) != 2 or shape[0] < 1 or shape[1] != dim:
                 raise DataError(f"KB embeddings have shape {shape}, not (documents, {dim})")
+        if (self.encoder_probes is None) != (not self.encoder_probe_texts):
+            raise DataError("encoder probe embeddings and probe texts come together")
+        if self.encoder_probes is not None:
+            shape = np.shape(self.encoder_probes)
+            if shape != (len(self.encoder_probe_texts), dim):
+                raise DataError(
+                    f"encoder probes have shape {shape}, not ({len(self.encoder_probe_texts)}, "
+                    f"{dim}) for {len(self.encoder_probe_texts)} probe texts"
+                )
         knn_ks = tuple(int(k) for k in getattr(self.detector, "knn_ks", ()) or ())
         if "knn" in inputs:
             n_kb = np.asarray(self.kb_embeddings).shape[0]
@@ -184,14 +200,19 @@ class OODModel:
         }
         return sum(sizes[b] for b in self._inputs)
 
-    def check_encoder(self, name: str, dim: int) -> None:
-        """Raise :class:`EncoderMismatch` unless ``(name, dim)`` is the model's encoder."""
+    def check_encoder(self, name: str, dim: int, probes: np.ndarray | None = None) -> None:
+        """Raise :class:`EncoderMismatch` unless ``(name, dim)`` is the model's encoder and,
+        given ``probes`` (the running encoder's :func:`~sidecar.scoring.embed_probes`),
+        its weights embed the probe sentences as the model recorded."""
         want = (str(self.encoder["name"]), int(self.encoder["dim"]))
         if (str(name), int(dim)) != want:
             raise EncoderMismatch(
                 f"model for KB {self.kb!r} was built with {want[0]} ({want[1]} dims), "
                 f"got embeddings of {name} ({dim} dims)"
             )
+        why = probe_mismatch(self.encoder_probes, self.encoder_probe_texts, probes)
+        if why is not None:
+            raise EncoderMismatch(f"model for KB {self.kb!r} refused: {why}")
 
     def _check_E(self, E: Any) -> np.ndarray:
         arr = np.asarray(E, dtype=np.float32)
@@ -318,6 +339,8 @@ class OODModel:
             arrays["subspace.explained_variance_ratio"] = np.asarray(self.explained_variance_ratio)
         if self.kb_embeddings is not None:
             arrays["kb_embeddings"] = np.asarray(self.kb_embeddings)
+        if self.encoder_probes is not None:
+            arrays["encoder.probes"] = np.asarray(self.encoder_probes, dtype=np.float32)
         arrays.update({_DET_PREFIX + k: v for k, v in det_arrays.items()})
         model = {
             "format": MODEL_FORMAT,
@@ -334,6 +357,8 @@ class OODModel:
             "score": SCORE_CONVENTION,
             "fit": self.params,
         }
+        if self.encoder_probe_texts:
+            model["encoder_probe_texts"] = list(self.encoder_probe_texts)
         return build_artifact(
             kb=self.kb, encoder=self.encoder, model=model, arrays=arrays, metrics=self.metrics
         )
@@ -368,6 +393,9 @@ class OODModel:
             if [int(i) for i in selected] != [int(i) for i in model["selected_pcs"]]:
                 raise ValueError("selected PCs differ between manifest and arrays")
             evr = arrays.get("subspace.explained_variance_ratio")
+            probe_texts = model.get("encoder_probe_texts", [])
+            if not (isinstance(probe_texts, list) and all(isinstance(t, str) for t in probe_texts)):
+                raise ValueError("encoder_probe_texts is not a list of strings")
             out = cls(
                 kb=str(manifest["kb"]),
                 encoder={
@@ -387,6 +415,8 @@ class OODModel:
                 residual_ks=tuple(int(k) for k in model["residual_ks"]),
                 kb_embeddings=arrays.get("kb_embeddings"),
                 explained_variance_ratio=evr,
+                encoder_probes=arrays.get("encoder.probes"),
+                encoder_probe_texts=tuple(probe_texts),
                 version=artifact.version,
             )
             if out.dims != det.n_features_in_:

@@ -84,6 +84,8 @@ def create_app(
     k, sc = settings.kafka, settings.scoring
     if sc.default_kb not in sc.kbs:
         raise ConfigError(f"scoring.default_kb {sc.default_kb!r} is not in scoring.kbs {sc.kbs}")
+    from sidecar.scoring import embed_probes
+
     if encoder is None:
         from sidecar.scoring import load_encoder
 
@@ -95,6 +97,7 @@ def create_app(
         store,
         holder,
         encoder={"name": encoder.name, "dim": encoder.dim},
+        encoder_probes=embed_probes(encoder.encode),
         poll_interval_s=settings.store.poll_interval_s,
     )
     rt = Runtime(settings, encoder=encoder, holder=holder, store=store, watcher=watcher)

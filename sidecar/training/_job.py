@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from sidecar.errors import ConfigError, DataError
-from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel, detector_kinds
+from sidecar.scoring import DEFAULT_TARGET_FRR, PROBE_TEXTS, OODModel, detector_kinds
 from sidecar.scoring._linear import CombinedDetector
 from sidecar.training._fitting import FitProgress
 from sidecar.training._grid import MAX_DIMS, Candidate, combined_grid, default_grid
@@ -59,6 +59,9 @@ class TrainInputs:
     # Group number per query (paraphrases share one), from the JSONL "group" field.
     id_groups: list[int] | None = None
     ood_groups: list[int] | None = None
+    # The probe sentences' embeddings by the encoder that embedded the texts (see
+    # sidecar.scoring._probes); None when the inputs came as embeddings only.
+    encoder_probes: np.ndarray | None = None
 
 
 @dataclass
@@ -370,4 +373,8 @@ def train(
     model = res.model.with_metrics(
         **{k: v for k, v in validation.items()}, val_auroc_search=res.val_auroc
     )
+    if inputs.encoder_probes is not None:
+        model = replace(
+            model, encoder_probes=inputs.encoder_probes, encoder_probe_texts=PROBE_TEXTS
+        )
     return TrainResult(model, res, stats, validation, splits)

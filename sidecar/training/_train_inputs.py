@@ -76,8 +76,9 @@ def load_inputs(
     t0 = time.perf_counter()
     name = str(opts.get("encoder") or settings.scoring.encoder)
     width: int | None = None  # the encoder's embedding width, where it is known
+    probes = None
     if docs is not None or id_texts is not None or ood_texts is not None:
-        from sidecar.scoring import available_cpus, load_encoder
+        from sidecar.scoring import available_cpus, embed_probes, load_encoder
         from sidecar.training._cache import EmbeddingCache
 
         # The worker's backend (ONNX Runtime under `auto`), on every CPU the job has.
@@ -89,6 +90,8 @@ def load_inputs(
             id_arr = cache.embed(id_texts, desc="encoding ID queries")
         if ood_texts is not None:
             ood_arr = cache.embed(ood_texts, desc="encoding OOD queries")
+        # Through the cache too: the probes must come from what embedded the texts above.
+        probes = embed_probes(lambda texts: cache.embed(texts, desc="encoding probes"))
         encoder: dict[str, Any] = {"name": enc.name, "dim": enc.dim}
         width = enc.dim
     else:
@@ -120,6 +123,7 @@ def load_inputs(
         kb_texts=[d.text for d in docs] if docs else [],
         id_groups=id_groups,
         ood_groups=ood_groups,
+        encoder_probes=probes,
     )
     log.info(
         "training inputs: %s KB docs, %s ID, %s OOD queries",

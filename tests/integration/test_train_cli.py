@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner, Result
 
-from model_store import DirectoryStore, load_dir
+from model_store import DirectoryStore, load_dir, save_dir
 from sidecar.cli import main
 from sidecar.scoring import OODModel
 
@@ -81,6 +82,7 @@ def test_train_on_embeddings_publishes_to_directory_store(
     assert res.exit_code == 0, res.output
     model = OODModel.from_artifact(load_dir(out))
     assert model.kb == "synthetic" and model.m == 4 and model.dims <= 32
+    assert model.encoder_probes is None  # no encoder ran: nothing to fingerprint
     assert (out / "report" / "report.md").is_file() and (out / "report" / "roc.png").is_file()
     store = DirectoryStore(store_dir)
     assert store.active("synthetic") == load_dir(out).version
@@ -243,6 +245,18 @@ def test_train_demo_kb_end_to_end(tmp_path: Path) -> None:
     s_id, s_ood = model.score(e)
     assert s_ood > s_id
     assert model.predict(e[1:])[0]
+    # The probes were embedded by the job's backend (ONNX Runtime under `auto`); torch's
+    # embeddings of them agree, and a model that recorded other ones is refused by score.
+    from sidecar.scoring import PROBE_TEXTS, embed_probes
+    from sidecar.scoring._probes import probe_cosines
+
+    assert model.encoder_probe_texts == PROBE_TEXTS and model.encoder_probes is not None
+    assert probe_cosines(model.encoder_probes, embed_probes(enc.encode)).min() > 0.999
+    model.check_encoder(enc.name, enc.dim, probes=embed_probes(enc.encode))
+    rolled = np.roll(model.encoder_probes, 1, axis=1)  # the same sentences, elsewhere
+    save_dir(dataclasses.replace(model, encoder_probes=rolled).to_artifact(), tmp_path / "other")
+    res = CliRunner().invoke(main, ["score", "--artifact", str(tmp_path / "other"), "hello"])
+    assert res.exit_code != 0 and "other weights" in res.output, res.output
 
 
 def test_unusable_out_fails_before_training(tmp_path: Path) -> None:

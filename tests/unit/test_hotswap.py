@@ -39,7 +39,7 @@ class FakeModel:
     def predict(self, E: np.ndarray) -> np.ndarray:
         return self.score(E) > 0
 
-    def check_encoder(self, name: str, dim: int) -> None:
+    def check_encoder(self, name: str, dim: int, probes: np.ndarray | None = None) -> None:
         if (name, dim) != (self.encoder["name"], self.encoder["dim"]):
             raise EncoderMismatch(f"{name}/{dim}")
 

@@ -55,9 +55,11 @@ def default_grid(detector: str) -> list[Candidate]:
     if detector == "logreg":
         return [c(detector, m, {"C": C}) for m in (13, MAX_DIMS) for C in (0.1, 1.0)]
     if detector == "svm":
-        return [c(detector, 13, {"C": 1.0, "max_samples": 2000})]
+        return [
+            c(detector, m, {"C": C, "max_samples": 2000}) for m in (13, 8) for C in (1.0, 0.1, 10.0)
+        ]
     if detector == "gmm":
-        return [c(detector, m, {"n_components": 4}) for m in (8, 13)]
+        return [c(detector, m, {"n_components": n}) for m in (8, 13) for n in (4, 2, 8)]
     if detector == "residual":
         return [c(detector, 13, {}, (k,)) for k in (32, 64)]
     if detector == "combined":

@@ -10,6 +10,7 @@ import pytest
 
 from sidecar.errors import DataError
 from sidecar.scoring import OODModel
+from sidecar.training._evaluate import PROTOCOL_CANDIDATES
 from sidecar.training._fitting import fixed_fit
 from sidecar.training._grid import Candidate, default_grid
 from sidecar.training._job import (
@@ -290,3 +291,24 @@ def test_the_input_budget_is_judged_as_the_kb_clips_the_candidates() -> None:
         check_config(cfg, (200, 384))
     fitted = Candidate("combined", 30, {"knn_ks": [1, 50]}, (16, 32, 64)).fitted_to_kb(31, 384)
     assert (fitted.m, fitted.residual_ks, fitted.params["knn_ks"]) == (30, (16, 30), [1, 31])
+
+
+@pytest.mark.parametrize(
+    ("detector", "param"),
+    [
+        ("epsilon_ball", "quantile"),  # the radius
+        ("epsilon_cube", "quantile"),  # the half-width
+        ("epsilon_rect", "quantile"),  # the sides
+        ("logreg", "C"),
+        ("svm", "C"),
+        ("gmm", "n_components"),
+    ],
+)
+def test_each_paper_detector_searches_m_and_its_own_parameter(detector: str, param: str) -> None:
+    grid = default_grid(detector)
+    assert len({c.m for c in grid}) >= 2
+    assert len({c.params[param] for c in grid}) >= 2
+    assert len({(c.m, repr(sorted(c.params.items()))) for c in grid}) == len(grid)
+    # The paper's protocol runs one of the candidates the search tries.
+    protocol = next(p for p in PROTOCOL_CANDIDATES if p.detector == detector)
+    assert protocol.params in [c.params for c in grid]

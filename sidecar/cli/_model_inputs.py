@@ -123,13 +123,12 @@ class QueryEmbeddings:
 
     def _embedder(self) -> Any:
         if self._cache is None:
-            from sidecar.scoring import available_cpus, embed_probes, load_encoder
+            from sidecar.scoring import available_cpus, load_encoder
             from sidecar.training import EmbeddingCache
 
             enc = load_encoder(self.settings.scoring, name=self.encoder, threads=available_cpus())
             cache = EmbeddingCache(enc, self.cache_dir, progress=self.progress)
             # Before any query is embedded: the probes as `sidecar train` embedded them.
-            probes = embed_probes(lambda texts: cache.embed(texts, desc="encoding probes"))
-            self.model.check_encoder(enc.name, enc.dim, probes=probes)
+            self.model.check_encoder(enc.name, enc.dim, probes=cache.probes())
             self._cache = cache
         return self._cache

@@ -137,6 +137,9 @@ def servable_model(artifact: Artifact, *, refused: str, workers: Settings | None
     ``workers``' settings: a model of another encoder than theirs is refused as well
     (:func:`_check_encoder`; leave them out under ``--any-encoder``).
 
+    Its encoder probes are compared too, with the workers' encoder loaded here
+    (:func:`_check_probes`).
+
     Checksums and signature say the bytes are intact, not that the model section makes
     sense or that its arrays fit together; a version no worker can load must never become
     active, and no command should crash on one. ``refused`` says what did not happen
@@ -155,6 +158,7 @@ def servable_model(artifact: Artifact, *, refused: str, workers: Settings | None
         ) from exc
     if workers is not None:
         _check_encoder(artifact, workers, refused=refused)
+        _check_probes(artifact, model, workers, refused=refused)
     return model
 
 
@@ -190,6 +194,35 @@ def _check_encoder(artifact: Artifact, settings: Settings, *, refused: str) -> N
             f"encoder {want!r} gives {width}; {refused} (pass --any-encoder to promote it "
             "anyway)"
         )
+
+
+def _check_probes(artifact: Artifact, model: Any, settings: Settings, *, refused: str) -> None:
+    """Refuse to promote a model whose encoder probes the workers' encoder does not embed
+    as recorded (same name, other weights). Needs that encoder here: where it cannot be
+    loaded, say so and leave the check to the workers, which keep their model."""
+    from model_store import IncompatibleArtifact
+    from sidecar.errors import EncoderMismatch, SidecarError
+    from sidecar.scoring import PROBE_TEXTS, embed_probes, load_encoder
+
+    if model.encoder_probes is None or tuple(model.encoder_probe_texts) != PROBE_TEXTS:
+        return  # trained from embeddings, or by a release without probes
+    try:
+        encoder = load_encoder(settings.scoring)
+        running = embed_probes(encoder.encode)
+    except (SidecarError, OSError) as exc:
+        click.echo(
+            f"note: {artifact.kb}/{artifact.version}'s encoder probes were not compared: "
+            f"the workers' encoder cannot run here ({exc})",
+            err=True,
+        )
+        return
+    try:
+        model.check_encoder(encoder.name, encoder.dim, probes=running)
+    except EncoderMismatch as exc:
+        raise IncompatibleArtifact(
+            f"{artifact.kb}/{artifact.version}: {exc}; {refused} (the workers would refuse "
+            "it too; pass --any-encoder to promote it anyway)"
+        ) from exc
 
 
 def _resolve(store: ModelStore, kb: str, ref: str) -> str:
@@ -331,7 +364,8 @@ def promote_command(
     """Make VERSION the active model of KB; running sidecars swap to it.
 
     VERSION is loaded first: one that no worker could load, or one built with another
-    encoder than the settings' scoring.encoder, is refused.
+    encoder than the settings' scoring.encoder (or whose encoder probes that encoder
+    embeds differently), is refused.
     """
     settings = _settings(store_dir, redis_url)
     with _opened(settings, create=False) as store:

@@ -4,6 +4,11 @@ Layout: ``<root>/<encoder>/shard-<id>.keys.npy`` (uint8, shape (n, 32): raw sha2
 ``shard-<id>.emb.npy`` (float32, one row per key). Shards are written atomically (temporary
 file, then rename) and never rewritten, so several processes can fill one cache at once and
 an interrupted run keeps every finished shard. Files are read with ``allow_pickle=False``.
+
+A name does not say which weights filled a folder: a model fine-tuned again in the same
+directory keeps its name. So each folder also keeps ``probes-<sha>.npy``, the embeddings
+of the probe sentences (:mod:`sidecar.scoring._probes`) by the encoder that first wrote to
+it, and a cache whose encoder embeds them differently refuses to serve stale vectors.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import numpy as np
 
 from sidecar.errors import DataError
 from sidecar.scoring._encoder import Encoder
+from sidecar.scoring._probes import MIN_PROBE_COSINE, PROBE_TEXTS, embed_probes, probe_cosines
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +40,10 @@ def text_key(text: str) -> bytes:
 
 def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "encoder"
+
+
+# Which probe sentences a folder's probe file holds: other sentences, another file.
+_PROBES_FILE = f"probes-{hashlib.sha256(chr(10).join(PROBE_TEXTS).encode()).hexdigest()[:12]}.npy"
 
 
 class EmbeddingCache:
@@ -57,6 +67,48 @@ class EmbeddingCache:
         self._index: dict[bytes, tuple[int, int]] = {}
         self._shards: list[np.ndarray] = []
         self._seen: set[str] = set()
+        self._probes: np.ndarray | None = None
+
+    def probes(self) -> np.ndarray:
+        """The probe sentences' embeddings by this cache's encoder, computed (never
+        cached as texts) on first use, which also checks that the folder's vectors came
+        from the same weights; :class:`~sidecar.errors.DataError` if they did not."""
+        if self._probes is None:
+            fresh = embed_probes(self.encoder.encode)
+            path = self.dir / _PROBES_FILE
+            try:
+                recorded = np.load(path, allow_pickle=False)
+            except FileNotFoundError:
+                recorded = None
+            except (OSError, ValueError) as exc:
+                raise DataError(
+                    f"embedding cache {self.dir}: unreadable {path.name}: {exc}"
+                ) from exc
+            if recorded is None:
+                # A new folder, or one an earlier release filled: its vectors are taken as
+                # this encoder's from now on.
+                try:
+                    self._write(_PROBES_FILE, fresh)
+                except OSError as exc:  # a read-only cache still serves what it holds
+                    log.warning("cannot record the probes in %s: %s", self.dir, exc)
+            else:
+                same = recorded.shape == fresh.shape
+                worst = float(np.min(probe_cosines(recorded, fresh))) if same else float("nan")
+                if not worst >= MIN_PROBE_COSINE:
+                    raise DataError(
+                        f"embedding cache {self.dir} holds the vectors of other weights named "
+                        f"{self.encoder.name!r} (probe cosine {worst:.3f}, at least "
+                        f"{MIN_PROBE_COSINE} expected); delete that folder or pass --cache-dir"
+                    )
+            self._probes = fresh
+        return self._probes
+
+    def _write(self, name: str, arr: np.ndarray) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.dir / f".{name}.{uuid.uuid4().hex[:8]}.tmp"
+        with open(tmp, "wb") as fh:
+            np.save(fh, arr, allow_pickle=False)
+        os.replace(tmp, self.dir / name)
 
     def _refresh(self) -> None:
         """Load shards written since the last call (by this or another process)."""
@@ -85,14 +137,10 @@ class EmbeddingCache:
                 self._index[blob[32 * row : 32 * row + 32]] = (slot, row)
 
     def _write_shard(self, keys: list[bytes], emb: np.ndarray) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
         sid = f"shard-{uuid.uuid4().hex[:12]}"
         karr = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), 32)
         for suffix, arr in ((".emb.npy", emb), (".keys.npy", karr)):  # keys last: the commit
-            tmp = self.dir / f".{sid}{suffix}.tmp"
-            with open(tmp, "wb") as fh:
-                np.save(fh, arr, allow_pickle=False)
-            os.replace(tmp, self.dir / f"{sid}{suffix}")
+            self._write(f"{sid}{suffix}", arr)
         self._seen.add(sid)
         slot = len(self._shards)
         self._shards.append(emb)
@@ -108,6 +156,7 @@ class EmbeddingCache:
         """
         if any(not isinstance(t, str) for t in texts):
             raise DataError("every text to embed must be a string")
+        self.probes()  # first: the folder must hold this encoder's vectors
         self._refresh()
         keys = [text_key(t) for t in texts]
         missing: dict[bytes, str] = {}

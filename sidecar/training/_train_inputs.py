@@ -78,7 +78,7 @@ def load_inputs(
     width: int | None = None  # the encoder's embedding width, where it is known
     probes = None
     if docs is not None or id_texts is not None or ood_texts is not None:
-        from sidecar.scoring import available_cpus, embed_probes, load_encoder
+        from sidecar.scoring import available_cpus, load_encoder
         from sidecar.training._cache import EmbeddingCache
 
         # The worker's backend (ONNX Runtime under `auto`), on every CPU the job has.
@@ -90,8 +90,8 @@ def load_inputs(
             id_arr = cache.embed(id_texts, desc="encoding ID queries")
         if ood_texts is not None:
             ood_arr = cache.embed(ood_texts, desc="encoding OOD queries")
-        # Through the cache too: the probes must come from what embedded the texts above.
-        probes = embed_probes(lambda texts: cache.embed(texts, desc="encoding probes"))
+        # The cache checked its vectors against them: they are what embedded the texts.
+        probes = cache.probes()
         encoder: dict[str, Any] = {"name": enc.name, "dim": enc.dim}
         width = enc.dim
     else:

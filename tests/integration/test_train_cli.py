@@ -257,6 +257,18 @@ def test_train_demo_kb_end_to_end(tmp_path: Path) -> None:
     save_dir(dataclasses.replace(model, encoder_probes=rolled).to_artifact(), tmp_path / "other")
     res = CliRunner().invoke(main, ["score", "--artifact", str(tmp_path / "other"), "hello"])
     assert res.exit_code != 0 and "other weights" in res.output, res.output
+    # Promoting compares them with the workers' encoder too: no worker would install it.
+    store = tmp_path / "store"
+    res = CliRunner().invoke(
+        main, ["models", "import", str(tmp_path / "other"), "--promote", "--store-dir", str(store)]
+    )
+    assert res.exit_code != 0 and "other weights" in res.output, res.output
+    assert "nothing was imported" in res.output and not store.exists()
+    res = CliRunner().invoke(
+        main, ["models", "import", str(out), "--promote", "--store-dir", str(store)]
+    )
+    assert res.exit_code == 0 and "promoted" in res.output, res.output
+    assert DirectoryStore(store).active(model.kb) == load_dir(out).version
 
 
 def test_unusable_out_fails_before_training(tmp_path: Path) -> None:

@@ -144,3 +144,37 @@ def test_a_watcher_keeps_its_model_when_the_new_one_needs_other_weights(tmp_path
     assert holder.get("kb1").version == good  # type: ignore[union-attr]
     error = holder.status()["kb1"]["last_error"]
     assert error.startswith(bad) and "other weights" in error
+
+
+def test_promoting_compares_the_probes_with_the_workers_encoder(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Commands that promote load the settings' encoder (here a fake of the project's
+    Encoder protocol) and refuse what the workers would refuse; where it cannot run here
+    they say so and leave the check to the workers."""
+    import sidecar.scoring
+    from sidecar.cli._models import servable_model
+    from sidecar.errors import ConfigError
+    from sidecar.settings import Settings
+
+    workers = Settings.model_validate({"scoring": {"encoder": ENC["name"]}})
+    running: list[_HashEncoder] = [_HashEncoder()]
+
+    def load(scoring: object, **_: object) -> _HashEncoder:
+        return running[0]
+
+    monkeypatch.setattr(sidecar.scoring, "load_encoder", load)
+    artifact = _model(embed_probes(_HashEncoder().encode)).to_artifact()
+    assert servable_model(artifact, refused="nothing was promoted", workers=workers).kb == "kb1"
+    running[0] = _HashEncoder(tilt=1.0)
+    with pytest.raises(IncompatibleArtifact, match=r"other weights.*nothing was promoted"):
+        servable_model(artifact, refused="nothing was promoted", workers=workers)
+    servable_model(artifact, refused="nothing was promoted")  # not promoting: not compared
+
+    def unloadable(scoring: object, **_: object) -> _HashEncoder:
+        raise ConfigError("no such encoder directory")
+
+    monkeypatch.setattr(sidecar.scoring, "load_encoder", unloadable)
+    servable_model(artifact, refused="nothing was promoted", workers=workers)
+    err = capsys.readouterr().err
+    assert "probes were not compared" in err and "no such encoder directory" in err

@@ -1,4 +1,5 @@
-"""The on-disk embedding cache: computes each distinct text once, survives a new process."""
+"""The on-disk embedding cache: computes each distinct text once, survives a new process,
+and refuses vectors that other weights under the same name wrote."""
 
 from __future__ import annotations
 
@@ -6,7 +7,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import pytest
 
+from sidecar.errors import DataError
+from sidecar.scoring import PROBE_TEXTS
 from sidecar.training import EmbeddingCache
 
 
@@ -16,15 +20,15 @@ class CountingEncoder:
     name = "fake/enc v1"
     dim = 8
 
-    def __init__(self) -> None:
-        self.seen: list[str] = []
+    def __init__(self, weights: int = 0) -> None:
+        self.weights = weights  # another value: the same name with other weights
+        self.seen: list[str] = []  # texts it embedded, the cache's probe check left out
 
     def encode(self, texts: Sequence[str], *, batch_size: int = 64) -> np.ndarray:
-        self.seen.extend(texts)
-        out = np.array(
-            [np.random.default_rng(len(t) * 7919 + sum(map(ord, t))).normal(size=8) for t in texts],
-            dtype=np.float32,
-        )
+        if tuple(texts) != PROBE_TEXTS:
+            self.seen.extend(texts)
+        seeds = [len(t) * 7919 + sum(map(ord, t)) + 104729 * self.weights for t in texts]
+        out = np.array([np.random.default_rng(s).normal(size=8) for s in seeds], dtype=np.float32)
         return out / np.linalg.norm(out, axis=1, keepdims=True)
 
 
@@ -49,6 +53,34 @@ def test_cache_persists_across_instances(tmp_path: Path) -> None:
     assert np.array_equal(again, ref[::-1])
     # one directory per encoder, with a filesystem-safe name
     assert [p.name for p in tmp_path.iterdir()] == ["fake_enc_v1"]
+
+
+def test_other_weights_under_the_same_name_are_refused(tmp_path: Path) -> None:
+    """A model fine-tuned again in its directory keeps its name: the cached vectors of the
+    old weights must not be served as the new ones'."""
+    EmbeddingCache(CountingEncoder(), tmp_path, progress=False).embed(["alpha"])
+    retrained = CountingEncoder(weights=1)
+    cache = EmbeddingCache(retrained, tmp_path, progress=False)
+    with pytest.raises(DataError, match=r"other weights named 'fake/enc v1'.*--cache-dir"):
+        cache.embed(["alpha"])
+    assert retrained.seen == []
+    # the same weights again (another process) are served from the folder
+    same = CountingEncoder()
+    again = EmbeddingCache(same, tmp_path, progress=False)
+    assert np.array_equal(again.probes(), CountingEncoder().encode(list(PROBE_TEXTS)))
+    again.embed(["alpha"])
+    assert same.seen == []
+
+
+def test_a_folder_without_probes_adopts_the_encoder(tmp_path: Path) -> None:
+    """A folder an earlier release filled has no probe file: it is kept and gets one."""
+    EmbeddingCache(CountingEncoder(), tmp_path, progress=False).embed(["alpha"])
+    folder = tmp_path / "fake_enc_v1"
+    (probes,) = folder.glob("probes-*.npy")
+    probes.unlink()
+    later = CountingEncoder()
+    EmbeddingCache(later, tmp_path, progress=False).embed(["alpha"])
+    assert later.seen == [] and len(list(folder.glob("probes-*.npy"))) == 1
 
 
 def test_cache_is_keyed_by_encoder(tmp_path: Path) -> None:

@@ -62,7 +62,8 @@ DETECTORS = (
     "knn",
 )
 # The paper's protocol, PROTOCOL_M PCs under both criteria: every detector of the
-# paper, plus the product's combined detector, at the first parameters of its grid.
+# paper, plus the product's combined detector, at fixed parameters (radius quantile 0.95,
+# C = 1, four components), not searched, so that only the criterion differs.
 PROTOCOL_CANDIDATES = (
     Candidate("epsilon_ball", PROTOCOL_M, {"quantile": 0.95}),
     Candidate("epsilon_cube", PROTOCOL_M, {"quantile": 0.95}),

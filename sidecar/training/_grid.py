@@ -45,7 +45,8 @@ class Candidate:
 
 
 def default_grid(detector: str) -> list[Candidate]:
-    """The search grid of ``detector``: m and its own radius / sides / C / width.
+    """The search grid of ``detector``: m and its own radius quantile / C / mixture
+    components / residual k / feature blocks.
 
     Kept small on purpose: every candidate refits the KB PCA.
     """

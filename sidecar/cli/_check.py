@@ -268,9 +268,11 @@ def _show(title: str, f: dict[str, Any]) -> None:
             f"(95% interval {a['low']:.4f}-{a['high']:.4f}), FPR at 95% TPR "
             f"{f['fpr_at_95tpr']:.4f}"
         )
-    copies = sum(f.get("training_copies", {}).values())
+    by_set = f.get("training_copies", {})
+    copies = sum(by_set.values())
     if copies:
+        which = ", ".join(f"{n} {s.upper()}" for s, n in by_set.items() if n)
         click.echo(
             f"  warning: {copies} of these queries repeat the model's training queries "
-            f"({f['training_copies']}): its figures on them are optimistic"
+            f"({which}): its figures on them are optimistic"
         )

@@ -225,6 +225,16 @@ def _check_probes(artifact: Artifact, model: Any, settings: Settings, *, refused
         ) from exc
 
 
+def _unknown_kb(store: ModelStore, kb: str) -> None:
+    """Refuse a KB id that has no version in ``store``: gc keeps the active one, so that
+    is a mistyped name, not an empty KB."""
+    known = store.kbs()
+    raise ArtifactNotFound(
+        f"KB {kb!r} has no versions in this store"
+        + (f" (its KBs: {', '.join(known)})" if known else " (it holds none)")
+    )
+
+
 def _resolve(store: ModelStore, kb: str, ref: str) -> str:
     """``active``, ``previous``, a full version id or a unique prefix of one."""
     if ref in ("active", "previous"):
@@ -284,7 +294,7 @@ def list_command(
                         "kb": name,
                         "version": v,
                         "state": "active" if v == active else "previous" if v == previous else "",
-                        "created": _when(info.stored_at),
+                        "stored": _when(info.stored_at),  # entered this store (UTC)
                         "detector": str(model.get("kind", "?")),
                         "size_bytes": info.size_bytes,
                         "metrics": info.manifest.get("metrics") or {},
@@ -302,8 +312,8 @@ def list_command(
         click.echo("no versions" + (f" for KB {kb!r}" if kb else ""))
         return
     mark = {"active": "*", "previous": "p", "": ""}
-    table = [("KB", "", "VERSION", "CREATED (UTC)", "DETECTOR", "METRICS")] + [
-        (r["kb"], mark[r["state"]], r["version"], r["created"], r["detector"], r["_metrics"])
+    table = [("KB", "", "VERSION", "STORED (UTC)", "DETECTOR", "METRICS")] + [
+        (r["kb"], mark[r["state"]], r["version"], r["stored"], r["detector"], r["_metrics"])
         for r in rows
     ]
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
@@ -327,6 +337,8 @@ def show_command(
             # Everything read before anything is printed: a bad KB id is one error line.
             active, previous = store.active(kb), store.previous(kb)
             n_versions, history = len(store.versions(kb)), store.history(kb)[:10]
+            if not n_versions:
+                _unknown_kb(store, kb)
             events = store.events(kb)[-10:]
             click.echo(f"KB:       {kb}")
             click.echo(f"active:   {active or '-'}")
@@ -480,12 +492,20 @@ def _load_for_import(directory: Path, key: bytes | None, *, allow_unsigned: bool
     A signature that is present but wrong (tampered, or made with another key) is always
     rejected: put() re-signs with the local key, so accepting it would launder the artifact.
     """
-    from model_store import load_dir
+    from model_store import SignatureInvalid, load_dir
 
     if key is None and allow_unsigned:
         click.echo("note: no signing key is configured, so --allow-unsigned changes nothing")
     if key is None or not allow_unsigned:
-        return load_dir(directory, hmac_key=key)
+        try:
+            return load_dir(directory, hmac_key=key)
+        except SignatureInvalid as exc:
+            if "unsigned" not in str(exc):
+                raise
+            # `sidecar train --out` writes unsigned models: say how to bring one in
+            raise SignatureInvalid(
+                f"{exc}; --allow-unsigned imports it signed with that key"
+            ) from exc
     return load_local_dir(directory, key)
 
 
@@ -520,6 +540,8 @@ def gc_command(
 
     overrides: dict[str, Any] = {"retention": retention} if retention else {}
     with _open(store_dir, redis_url, create=False, **overrides) as store:
+        if kb is not None and not store.versions(kb):
+            _unknown_kb(store, kb)
         for name in [kb] if kb else store.kbs():
             deleted = store.gc(name)
             click.echo(

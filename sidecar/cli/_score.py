@@ -72,7 +72,10 @@ def score_command(
     settings = load_settings()
     kb_name = kb or settings.scoring.default_kb
     records = [{"id": f"arg-{i}", "text": t} for i, t in enumerate(texts)]
-    values = [json.dumps(r).encode() for r in records] + _read_lines(query_file)
+    lines = _read_lines(query_file)
+    values = [json.dumps(r).encode() for r in records] + [v for _, v in lines]
+    # where each query came from, for the dead letters of the table
+    origin = [str(r["id"]) for r in records] + [f"line {n}" for n, _ in lines]
     if not values and query_file is not None:
         name = "standard input" if str(query_file) == "-" else str(query_file)
         raise DataError(f"{name} holds no queries")
@@ -84,7 +87,7 @@ def score_command(
     now_ms = time.time() * 1000.0
     rows = sorted(
         [(v.query.raw.offset, v.to_record(now_ms=now_ms), v.query.text) for v in outcome.verdicts]
-        + [(d.raw.offset, d.to_record(now_ms=now_ms), None) for d in outcome.dead],
+        + [(d.raw.offset, d.to_record(now_ms=now_ms), origin[d.raw.offset]) for d in outcome.dead],
         key=lambda r: r[0],
     )
     if as_json:
@@ -96,18 +99,19 @@ def score_command(
         f"threshold {model.threshold:.4f} (score above it: OOD)"
     )
     for _, doc, text in rows:
-        if text is None:
-            click.echo(f"  DLQ  {doc['reason']}: {doc['detail']}")
-            continue
         # control characters escaped: a query must not drive the operator's terminal
         text = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+        if "verdict" not in doc:  # a dead letter; ``text`` says which query it was
+            click.echo(f"  DLQ  {text}  {doc['reason']}: {doc['detail']}")
+            continue
         shown = text if len(text) <= _TEXT_WIDTH else text[: _TEXT_WIDTH - 1] + "…"
         score = f"{doc['score']:+9.4f}" if doc["score"] is not None else f"{doc['reason']:>9}"
         click.echo(f"  {doc['verdict']:<4} {score}  {shown}")
 
 
-def _read_lines(path: Path | None) -> list[bytes]:
-    """Record values from the non-blank lines of ``path`` ('-': standard input).
+def _read_lines(path: Path | None) -> list[tuple[int, bytes]]:
+    """Record values from the non-blank lines of ``path`` ('-': standard input), each
+    with its line number.
 
     A line that starts with ``{`` is a record as the queries topic carries it (an ``id``
     is filled in when missing; anything else wrong with it is the stream's dead letter);
@@ -129,7 +133,7 @@ def _read_lines(path: Path | None) -> list[bytes]:
             continue
         if not stripped.startswith(b"{"):
             text = line.decode("utf-8", errors="surrogateescape")
-            out.append(json.dumps({"id": f"line-{n}", "text": text}).encode())
+            out.append((n, json.dumps({"id": f"line-{n}", "text": text}).encode()))
             continue
         try:
             doc = json.loads(stripped)
@@ -138,7 +142,7 @@ def _read_lines(path: Path | None) -> list[bytes]:
         if isinstance(doc, dict) and "id" not in doc:
             doc["id"] = f"line-{n}"
             stripped = json.dumps(doc).encode()
-        out.append(stripped)
+        out.append((n, stripped))
     return out
 
 

@@ -278,7 +278,8 @@ def train_command(**opts: Any) -> None:
 
     click.echo(
         f"  training queries: {stats['n_id_queries']} ID in {stats['n_id_groups']} groups"
-        f"{used('id')}, {stats['n_ood_queries']} OOD in {stats['n_ood_groups']}{used('ood')}"
+        f"{used('id')}, {stats['n_ood_queries']} OOD in {stats['n_ood_groups']} groups"
+        f"{used('ood')}"
         + ("" if stats["near_duplicates_grouped"] else " (near-duplicates not grouped)")
     )
     click.echo(f"  threshold: {threshold_summary(m.metrics, cfg.target_frr)}")

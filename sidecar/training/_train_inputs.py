@@ -61,10 +61,9 @@ def load_inputs(
     ood_path = opts.get("ood_queries")
     if demo:
         id_path, ood_path = demo_path(DEMO_ID_QUERIES), demo_path(DEMO_OOD_QUERIES)
+    docs = read_kb(kb_path) if kb_path else None  # first: a wrong --kb is named as such
     if not id_path and not opts.get("id_embeddings"):
         raise ConfigError("ID training queries are required: --id-queries or --id-embeddings")
-
-    docs = read_kb(kb_path) if kb_path else None
     id_texts, id_groups = read_query_groups(id_path) if id_path else (None, None)
     ood_texts, ood_groups = read_query_groups(ood_path) if ood_path else (None, None)
     kb_arr = load_npy(opts["kb_embeddings"], "KB embeddings") if opts.get("kb_embeddings") else None

@@ -65,6 +65,10 @@ def test_verdicts_are_the_models_and_bad_lines_get_the_streams_reasons(
     # input order; dead letters carry the raw payload, not an id
     assert [d.get("id") for d in docs] == ["arg-0", "arg-1", "line-1", "q-7", "line-4", None, None]
     assert [d.get("reason") for d in docs[5:]] == ["unknown_kb", "invalid_json"]
+    # the table names the line of each dead letter, JSON or not
+    table = CliRunner().invoke(main, ["score", "--artifact", str(out), "--file", str(queries)])
+    dead = [ln.split()[1:4] for ln in table.output.splitlines() if ln.strip().startswith("DLQ")]
+    assert dead == [["line", "5", "unknown_kb:"], ["line", "6", "invalid_json:"]], table.output
 
     artifact = load_dir(out)
     model = OODModel.from_artifact(artifact)

@@ -123,6 +123,13 @@ def test_models_cli_errors_are_one_line(tmp_path: Path, where: list[str]) -> Non
     assert result.output.startswith("error:") and "no previous version" in result.output
     result = CliRunner().invoke(main, ["models", "import", str(tmp_path / "nothing"), *where])
     assert result.exit_code == 2 and "not an artifact directory" in result.output
+    # a mistyped KB is an error, not an empty KB
+    (d0,) = _artifact_dirs(tmp_path, 1)
+    run("models", "import", str(d0), *where)
+    for command in (["show", "dmeo"], ["gc", "dmeo"]):
+        result = CliRunner().invoke(main, ["models", *command, *where])
+        assert result.exit_code == 2, result.output
+        assert "KB 'dmeo' has no versions in this store (its KBs: demo)" in result.output
 
 
 def test_import_requires_signature_when_key_set(
@@ -133,6 +140,7 @@ def test_import_requires_signature_when_key_set(
     args = ["models", "import", str(d0), "--redis-url", redis_server.url]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2 and "unsigned" in result.output
+    assert "--allow-unsigned imports it signed with that key" in result.output
     out = run(*args, "--allow-unsigned")  # signed with the local key on the way in
     assert "changes nothing" not in out
     store = RedisStore(redis_server.url, hmac_key=b"s3cret")

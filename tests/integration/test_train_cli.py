@@ -198,6 +198,7 @@ def test_summary_says_whether_the_calibration_set_can_reach_the_target(
     "args",
     [
         ["--kb", "/nonexistent/kb.jsonl", "--id-queries", "/nonexistent/q.jsonl"],
+        ["--kb", "/nonexistent/kb.jsonl"],  # named before the missing ID queries are
         ["--kb-embeddings", "/nonexistent/kb.npy", "--id-embeddings", "/nonexistent/q.npy"],
     ],
 )

@@ -483,7 +483,8 @@ def import_command(
     with _opened(settings, create=True) as store:
         version = store.put(artifact)
         event = store.promote(artifact.kb, version) if promote else None
-    click.echo(f"imported {artifact.kb}/{version}" + (" and promoted it" if event else ""))
+    done = " and promoted it" if event else " (already active)" if promote else ""
+    click.echo(f"imported {artifact.kb}/{version}{done}")
 
 
 def _load_for_import(directory: Path, key: bytes | None, *, allow_unsigned: bool) -> Artifact:

@@ -65,6 +65,7 @@ def run(*args: str) -> str:
 def test_models_cli_lifecycle(tmp_path: Path, where: list[str]) -> None:
     d0, d1, d2 = _artifact_dirs(tmp_path)
     assert "promoted" in run("models", "import", str(d0), "--promote", *where)
+    assert "(already active)" in run("models", "import", str(d0), "--promote", *where)
     run("models", "import", str(d1), *where)
     v1 = json.loads(run("models", "list", "--json", *where))[1]["version"]
     assert "promoted" in run("models", "promote", "demo", v1[:6], *where)  # a unique prefix

@@ -72,6 +72,37 @@ def test_other_weights_under_the_same_name_are_refused(tmp_path: Path) -> None:
     assert same.seen == []
 
 
+class _Nudged(CountingEncoder):
+    """The fake's vectors moved by ``by`` towards another direction."""
+
+    def __init__(self, by: float) -> None:
+        super().__init__()
+        self.by = by
+
+    def encode(self, texts: Sequence[str], *, batch_size: int = 64) -> np.ndarray:
+        out = super().encode(texts, batch_size=batch_size) + self.by * np.eye(8)[0]
+        return (out / np.linalg.norm(out, axis=1, keepdims=True)).astype(np.float32)
+
+
+def test_the_cache_is_stricter_than_a_worker(tmp_path: Path) -> None:
+    """Same weights on another backend differ by ~1e-5; a nudge that a worker would
+    still accept (cosine ~0.999 > 0.995) is refused by the cache."""
+    from sidecar.scoring import MIN_PROBE_COSINE
+    from sidecar.scoring._probes import probe_cosines
+    from sidecar.training._cache import CACHE_MIN_PROBE_COSINE
+
+    EmbeddingCache(CountingEncoder(), tmp_path, progress=False).embed(["alpha"])
+    base = CountingEncoder().encode(list(PROBE_TEXTS))
+    tiny, nudged = _Nudged(1e-4), _Nudged(0.05)
+    assert probe_cosines(base, tiny.encode(list(PROBE_TEXTS))).min() > CACHE_MIN_PROBE_COSINE
+    worst = probe_cosines(base, nudged.encode(list(PROBE_TEXTS))).min()
+    assert MIN_PROBE_COSINE < worst < CACHE_MIN_PROBE_COSINE
+    EmbeddingCache(tiny, tmp_path, progress=False).embed(["alpha"])
+    assert tiny.seen == []
+    with pytest.raises(DataError, match=r"at least 0\.9999 expected"):
+        EmbeddingCache(nudged, tmp_path, progress=False).embed(["alpha"])
+
+
 def test_a_folder_without_probes_adopts_the_encoder(tmp_path: Path) -> None:
     """A folder an earlier release filled has no probe file: it is kept and gets one."""
     EmbeddingCache(CountingEncoder(), tmp_path, progress=False).embed(["alpha"])

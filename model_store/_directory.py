@@ -391,12 +391,14 @@ class DirectoryStore:
             log.info("gc removed %d versions of KB %s", len(deleted), kb)
         return deleted
 
-    def sweep(self) -> int:
-        """Remove the leftovers of interrupted puts and gcs in every KB folder, also of KBs
-        that :meth:`kbs` does not list (a first put that was killed leaves only its temp
-        directory); returns how many went. gc(kb) does the same for its one KB."""
+    def sweep(self, kb: str | None = None) -> int:
+        """Remove the leftovers of interrupted puts and gcs in ``kb``'s folder, or in every
+        KB folder, also of KBs that :meth:`kbs` does not list (a first put that was killed
+        leaves only its temp directory); returns how many went. gc(kb) does the same for
+        its one KB without counting."""
         removed = 0
-        for p in sorted(self.root.iterdir()):
+        folders = [self.root / check_kb(kb)] if kb is not None else sorted(self.root.iterdir())
+        for p in folders:
             if not p.is_dir() or not (p / "versions").is_dir():
                 continue
             try:

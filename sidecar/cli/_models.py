@@ -543,14 +543,14 @@ def gc_command(
     with _open(store_dir, redis_url, create=False, **overrides) as store:
         if kb is not None and not store.versions(kb):
             _unknown_kb(store, kb)
+        # counted here, before gc sweeps its KB's folder again without counting
+        swept = store.sweep(kb) if isinstance(store, DirectoryStore) else 0
         for name in [kb] if kb else store.kbs():
             deleted = store.gc(name)
             click.echo(
                 f"{name}: deleted {len(deleted)} version(s)"
                 + (f": {', '.join(deleted)}" if deleted else "")
             )
-        if kb is None and isinstance(store, DirectoryStore):
-            # a KB whose first put was killed is listed nowhere but still holds its temp files
-            swept = store.sweep()
-            if swept:
-                click.echo(f"removed {swept} leftover(s) of interrupted writes")
+        if swept:
+            # (without a KB, also of a KB whose first put was killed: it is listed nowhere)
+            click.echo(f"removed {swept} leftover(s) of interrupted writes")

@@ -101,6 +101,25 @@ def test_gc_of_every_kb_sweeps_a_kb_whose_first_put_was_killed(tmp_path: Path) -
     assert "removed 1 leftover(s) of interrupted writes" in out and not stale.exists()
 
 
+def test_gc_of_one_kb_says_what_it_swept(tmp_path: Path) -> None:
+    import os
+    import time
+
+    (d0,) = _artifact_dirs(tmp_path, 1)
+    where = ["--store-dir", str(tmp_path / "store")]
+    run("models", "import", str(d0), *where)
+    stale = tmp_path / "store" / "demo" / "versions" / ".tmp-0123.abc"
+    fresh = stale.with_name(".tmp-4567.def")  # a put in progress: not touched
+    for p in (stale, fresh):
+        p.mkdir(parents=True)
+    hours_ago = time.time() - 7200
+    os.utime(stale, (hours_ago, hours_ago))
+    out = run("models", "gc", "demo", *where)
+    assert "demo: deleted 0 version(s)" in out
+    assert "removed 1 leftover(s) of interrupted writes" in out
+    assert not stale.exists() and fresh.exists()
+
+
 def test_promoting_a_model_of_another_encoder_is_refused(
     tmp_path: Path, where: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -49,7 +49,8 @@ class _FitBar:
     "--kb",
     "kb_path",
     type=_PATH,
-    help='KB documents, JSONL {"id", "text"} [default: the built-in demo KB].',
+    help='KB documents, JSONL {"id", "text"} [default, when no inputs are given: the '
+    "built-in demo KB and its queries].",
 )
 @click.option(
     "--kb-embeddings",

@@ -128,7 +128,10 @@ class QueryEmbeddings:
 
             enc = load_encoder(self.settings.scoring, name=self.encoder, threads=available_cpus())
             cache = EmbeddingCache(enc, self.cache_dir, progress=self.progress)
-            # Before any query is embedded: the probes as `sidecar train` embedded them.
-            self.model.check_encoder(enc.name, enc.dim, probes=cache.probes())
+            # Before any query is embedded: the probes as `sidecar train` embedded them
+            # (the model first, then the cache's folder, so that a wrong encoder is not
+            # blamed on the cache).
+            self.model.check_encoder(enc.name, enc.dim, probes=cache.probes(check_folder=False))
+            cache.probes()
             self._cache = cache
         return self._cache

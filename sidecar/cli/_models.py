@@ -209,7 +209,7 @@ def _check_probes(artifact: Artifact, model: Any, settings: Settings, *, refused
     try:
         encoder = load_encoder(settings.scoring)
         running = embed_probes(encoder.encode)
-    except (SidecarError, OSError) as exc:
+    except (SidecarError, OSError, RuntimeError) as exc:  # e.g. an ONNX export that failed
         click.echo(
             f"note: {artifact.kb}/{artifact.version}'s encoder probes were not compared: "
             f"the workers' encoder cannot run here ({exc})",
@@ -220,8 +220,8 @@ def _check_probes(artifact: Artifact, model: Any, settings: Settings, *, refused
         model.check_encoder(encoder.name, encoder.dim, probes=running)
     except EncoderMismatch as exc:
         raise IncompatibleArtifact(
-            f"{artifact.kb}/{artifact.version}: {exc}; {refused} (the workers would refuse "
-            "it too; pass --any-encoder to promote it anyway)"
+            f"{artifact.kb}/{artifact.version}: {exc}; {refused} (workers running this "
+            "encoder would refuse it too; pass --any-encoder to promote it anyway)"
         ) from exc
 
 
@@ -229,9 +229,11 @@ def _unknown_kb(store: ModelStore, kb: str) -> None:
     """Refuse a KB id that has no version in ``store``: gc keeps the active one, so that
     is a mistyped name, not an empty KB."""
     known = store.kbs()
+    if kb in known:  # listed, but none of its versions reads back
+        raise ArtifactNotFound(f"KB {kb!r} has no readable versions in this store")
     raise ArtifactNotFound(
         f"KB {kb!r} has no versions in this store"
-        + (f" (its KBs: {', '.join(known)})" if known else " (it holds none)")
+        + (f" (its KBs: {', '.join(known)})" if known else " (it holds no KB)")
     )
 
 
@@ -541,10 +543,14 @@ def gc_command(
 
     overrides: dict[str, Any] = {"retention": retention} if retention else {}
     with _open(store_dir, redis_url, create=False, **overrides) as store:
-        if kb is not None and not store.versions(kb):
-            _unknown_kb(store, kb)
         # counted here, before gc sweeps its KB's folder again without counting
         swept = store.sweep(kb) if isinstance(store, DirectoryStore) else 0
+        if kb is not None and not store.versions(kb):
+            if not swept:
+                _unknown_kb(store, kb)
+            # a KB whose first put was killed: nothing stored, but its leftovers went
+            click.echo(f"removed {swept} leftover(s) of interrupted writes")
+            return
         for name in [kb] if kb else store.kbs():
             deleted = store.gc(name)
             click.echo(

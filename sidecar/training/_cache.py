@@ -73,42 +73,80 @@ class EmbeddingCache:
         self._index: dict[bytes, tuple[int, int]] = {}
         self._shards: list[np.ndarray] = []
         self._seen: set[str] = set()
-        self._probes: np.ndarray | None = None
+        self._running: np.ndarray | None = None  # the encoder's probe embeddings
+        self._checked = False  # the folder's vectors are this encoder's
 
-    def probes(self) -> np.ndarray:
-        """The probe sentences' embeddings by this cache's encoder, computed (never
-        cached as texts) on first use, which also checks that the folder's vectors came
-        from the same weights; :class:`~sidecar.errors.DataError` if they did not."""
-        if self._probes is None:
-            fresh = embed_probes(self.encoder.encode)
-            path = self.dir / _PROBES_FILE
-            try:
-                recorded = np.load(path, allow_pickle=False)
-            except FileNotFoundError:
-                recorded = None
-            except (OSError, ValueError) as exc:
-                raise DataError(
-                    f"embedding cache {self.dir}: unreadable {path.name}: {exc}"
-                ) from exc
-            if recorded is None:
-                # A new folder, or one an earlier release filled: its vectors are taken as
-                # this encoder's from now on.
-                try:
-                    self._write(_PROBES_FILE, fresh)
-                except OSError as exc:  # a read-only cache still serves what it holds
-                    log.warning("cannot record the probes in %s: %s", self.dir, exc)
+    def probes(self, *, check_folder: bool = True) -> np.ndarray:
+        """The probe sentences' embeddings by this cache's encoder (computed once, never
+        cached as texts). With ``check_folder`` (as :meth:`embed` does first) also check
+        that the folder's vectors came from the same weights: :class:`~sidecar.errors.
+        DataError` if they did not. ``check_folder=False`` lets a caller compare a model's
+        probes first, so that the one that is off is named."""
+        if self._running is None:
+            self._running = embed_probes(self.encoder.encode)
+        if check_folder and not self._checked:
+            self._check_folder(self._running)
+            self._checked = True
+        return self._running
+
+    def _check_folder(self, running: np.ndarray) -> None:
+        path = self.dir / _PROBES_FILE
+        recorded = self._load_probes(path)
+        if recorded is None:
+            # The release before the probe file cached the probe sentences as texts.
+            self._refresh()
+            keys = [text_key(t) for t in PROBE_TEXTS]
+            if all(k in self._index for k in keys):
+                rows = [self._index[k] for k in keys]
+                held = np.stack([self._shards[slot][row] for slot, row in rows])
             else:
-                same = recorded.shape == fresh.shape
-                worst = float(np.min(probe_cosines(recorded, fresh))) if same else float("nan")
-                if not worst >= CACHE_MIN_PROBE_COSINE:
-                    raise DataError(
-                        f"embedding cache {self.dir} holds the vectors of other weights named "
-                        f"{self.encoder.name!r} (probe cosine {worst:.5f}, at least "
-                        f"{CACHE_MIN_PROBE_COSINE} expected); delete that folder or pass "
-                        "--cache-dir"
-                    )
-            self._probes = fresh
-        return self._probes
+                # A new folder, or one filled before there were probes: its vectors are
+                # taken as this encoder's from now on.
+                held = running
+            recorded = self._record_probes(path, held)
+        if recorded.shape != running.shape:
+            raise DataError(
+                f"embedding cache {self.dir} holds probe embeddings of shape "
+                f"{recorded.shape}, but {self.encoder.name!r} gives {running.shape}; delete "
+                "that folder or pass --cache-dir"
+            )
+        worst = float(np.min(probe_cosines(recorded, running)))
+        if not worst >= CACHE_MIN_PROBE_COSINE:
+            raise DataError(
+                f"embedding cache {self.dir} and the encoder {self.encoder.name!r} disagree on "
+                f"the probe sentences (cosine {worst:.5f}, at least {CACHE_MIN_PROBE_COSINE} "
+                "expected): other weights under one name filled that folder; if the encoder "
+                "is the right one, delete that folder or pass --cache-dir"
+            )
+
+    def _load_probes(self, path: Path) -> np.ndarray | None:
+        try:
+            return np.asarray(np.load(path, allow_pickle=False))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise DataError(f"embedding cache {self.dir}: unreadable {path.name}: {exc}") from exc
+
+    def _record_probes(self, path: Path, probes: np.ndarray) -> np.ndarray:
+        """Write ``probes`` as the folder's unless another process got there first (then
+        theirs are returned, to be compared); a read-only folder keeps none."""
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            tmp = self.dir / f".{path.name}.{uuid.uuid4().hex[:8]}.tmp"
+            with open(tmp, "wb") as fh:
+                np.save(fh, probes, allow_pickle=False)
+            try:
+                os.link(tmp, path)  # fails if it exists: the first writer's probes stay
+            except FileExistsError:
+                theirs = self._load_probes(path)
+                return probes if theirs is None else theirs
+            except OSError:  # a file system without hard links: last writer wins
+                os.replace(tmp, path)
+            finally:
+                tmp.unlink(missing_ok=True)
+        except OSError as exc:  # a read-only cache still serves what it holds
+            log.warning("cannot record the probes in %s: %s", self.dir, exc)
+        return probes
 
     def _write(self, name: str, arr: np.ndarray) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -163,6 +201,8 @@ class EmbeddingCache:
         """
         if any(not isinstance(t, str) for t in texts):
             raise DataError("every text to embed must be a string")
+        if not texts:
+            return np.empty((0, self.encoder.dim), dtype=np.float32)
         self.probes()  # first: the folder must hold this encoder's vectors
         self._refresh()
         keys = [text_key(t) for t in texts]

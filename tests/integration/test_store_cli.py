@@ -346,3 +346,19 @@ def test_commands_that_read_an_artifact_refuse_an_unservable_one_in_one_line(
     line = one_error_line(CliRunner().invoke(main, [*args, "--artifact", str(directory)]))
     assert "not a loadable model" in line and problem in line
     assert not (tmp_path / "recal").exists()
+
+
+def test_gc_of_a_kb_whose_first_put_was_killed_clears_it(tmp_path: Path) -> None:
+    import os
+    import time
+
+    (tmp_path / "store").mkdir()
+    where = ["--store-dir", str(tmp_path / "store")]
+    stale = tmp_path / "store" / "demo" / "versions" / ".tmp-0123.abc"
+    stale.mkdir(parents=True)
+    hours_ago = time.time() - 7200
+    os.utime(stale, (hours_ago, hours_ago))
+    assert "removed 1 leftover(s) of interrupted writes" in run("models", "gc", "demo", *where)
+    assert not stale.exists()
+    result = CliRunner().invoke(main, ["models", "gc", "demo", *where])  # now nothing there
+    assert result.exit_code == 2 and "has no versions in this store" in result.output

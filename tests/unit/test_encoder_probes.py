@@ -178,3 +178,24 @@ def test_promoting_compares_the_probes_with_the_workers_encoder(
     servable_model(artifact, refused="nothing was promoted", workers=workers)
     err = capsys.readouterr().err
     assert "probes were not compared" in err and "no such encoder directory" in err
+
+
+def test_check_and_calibrate_blame_the_encoder_before_the_cache(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A model and its cache folder both from weights A, the encoder now B under the same
+    name: the error is the model's ("other weights?"), not advice to delete a good cache."""
+    import sidecar.scoring
+    from sidecar.cli._model_inputs import QueryEmbeddings
+    from sidecar.settings import Settings
+    from sidecar.training import EmbeddingCache
+
+    EmbeddingCache(_HashEncoder(), tmp_path, progress=False).embed(["filled by A"])
+    model = _model(embed_probes(_HashEncoder().encode))
+    monkeypatch.setattr(sidecar.scoring, "load_encoder", lambda *a, **k: _HashEncoder(tilt=1.0))
+    settings = Settings.model_validate({"scoring": {"encoder": ENC["name"]}})
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"text": "hello"}\n')
+    embed = QueryEmbeddings(model, settings, cache_dir=tmp_path, progress=False)
+    with pytest.raises(EncoderMismatch, match="other weights"):
+        embed(queries, None, "ID")

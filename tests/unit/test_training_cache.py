@@ -61,7 +61,7 @@ def test_other_weights_under_the_same_name_are_refused(tmp_path: Path) -> None:
     EmbeddingCache(CountingEncoder(), tmp_path, progress=False).embed(["alpha"])
     retrained = CountingEncoder(weights=1)
     cache = EmbeddingCache(retrained, tmp_path, progress=False)
-    with pytest.raises(DataError, match=r"other weights named 'fake/enc v1'.*--cache-dir"):
+    with pytest.raises(DataError, match=r"'fake/enc v1' disagree.*other weights.*--cache-dir"):
         cache.embed(["alpha"])
     assert retrained.seen == []
     # the same weights again (another process) are served from the folder
@@ -101,6 +101,29 @@ def test_the_cache_is_stricter_than_a_worker(tmp_path: Path) -> None:
     assert tiny.seen == []
     with pytest.raises(DataError, match=r"at least 0\.9999 expected"):
         EmbeddingCache(nudged, tmp_path, progress=False).embed(["alpha"])
+
+
+def test_a_folder_that_cached_the_probes_as_texts_is_checked_by_them(tmp_path: Path) -> None:
+    """The release before the probe file embedded the probe sentences through the cache:
+    a folder it filled is checked against those rows, which become its probe file."""
+    EmbeddingCache(CountingEncoder(), tmp_path, progress=False).embed([*PROBE_TEXTS, "alpha"])
+    folder = tmp_path / "fake_enc_v1"
+    for probes in folder.glob("probes-*.npy"):
+        probes.unlink()
+    with pytest.raises(DataError, match="disagree"):
+        EmbeddingCache(CountingEncoder(weights=1), tmp_path, progress=False).embed(["alpha"])
+    # the probe file now records the folder's own probes, not the refused encoder's
+    (recorded,) = folder.glob("probes-*.npy")
+    assert np.array_equal(np.load(recorded), CountingEncoder().encode(list(PROBE_TEXTS)))
+    same = CountingEncoder()
+    EmbeddingCache(same, tmp_path, progress=False).embed(["alpha"])
+    assert same.seen == [] and len(list(folder.glob("probes-*.npy"))) == 1
+
+
+def test_nothing_to_embed_runs_nothing(tmp_path: Path) -> None:
+    enc = CountingEncoder()
+    out = EmbeddingCache(enc, tmp_path, progress=False).embed([])
+    assert out.shape == (0, 8) and not tmp_path.joinpath("fake_enc_v1").exists()
 
 
 def test_a_folder_without_probes_adopts_the_encoder(tmp_path: Path) -> None:

@@ -545,18 +545,14 @@ def gc_command(
     with _open(store_dir, redis_url, create=False, **overrides) as store:
         # counted here, before gc sweeps its KB's folder again without counting
         swept = store.sweep(kb) if isinstance(store, DirectoryStore) else 0
-        if kb is not None and not store.versions(kb):
-            if not swept:
-                _unknown_kb(store, kb)
-            # a KB whose first put was killed: nothing stored, but its leftovers went
-            click.echo(f"removed {swept} leftover(s) of interrupted writes")
-            return
-        for name in [kb] if kb else store.kbs():
+        names = store.kbs() if kb is None else [kb] if store.versions(kb) else []
+        if kb is not None and not names and not swept:
+            _unknown_kb(store, kb)  # (leftovers alone: a KB whose first put was killed)
+        for name in names:
             deleted = store.gc(name)
             click.echo(
                 f"{name}: deleted {len(deleted)} version(s)"
                 + (f": {', '.join(deleted)}" if deleted else "")
             )
         if swept:
-            # (without a KB, also of a KB whose first put was killed: it is listed nowhere)
             click.echo(f"removed {swept} leftover(s) of interrupted writes")

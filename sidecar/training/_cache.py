@@ -131,10 +131,7 @@ class EmbeddingCache:
         """Write ``probes`` as the folder's unless another process got there first (then
         theirs are returned, to be compared); a read-only folder keeps none."""
         try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            tmp = self.dir / f".{path.name}.{uuid.uuid4().hex[:8]}.tmp"
-            with open(tmp, "wb") as fh:
-                np.save(fh, probes, allow_pickle=False)
+            tmp = self._temp_copy(path.name, probes)
             try:
                 os.link(tmp, path)  # fails if it exists: the first writer's probes stay
             except FileExistsError:
@@ -148,12 +145,16 @@ class EmbeddingCache:
             log.warning("cannot record the probes in %s: %s", self.dir, exc)
         return probes
 
-    def _write(self, name: str, arr: np.ndarray) -> None:
+    def _temp_copy(self, name: str, arr: np.ndarray) -> Path:
+        """``arr`` saved under a temporary name beside ``name`` in the folder."""
         self.dir.mkdir(parents=True, exist_ok=True)
         tmp = self.dir / f".{name}.{uuid.uuid4().hex[:8]}.tmp"
         with open(tmp, "wb") as fh:
             np.save(fh, arr, allow_pickle=False)
-        os.replace(tmp, self.dir / name)
+        return tmp
+
+    def _write(self, name: str, arr: np.ndarray) -> None:
+        os.replace(self._temp_copy(name, arr), self.dir / name)
 
     def _refresh(self) -> None:
         """Load shards written since the last call (by this or another process)."""

@@ -15,7 +15,8 @@ from model_store._artifact import (
     save_dir,
     verify_manifest,
 )
-from model_store._directory import AsyncDirectoryStore, DirectoryStore
+from model_store._directory import DirectoryStore
+from model_store._directory_async import AsyncDirectoryStore
 from model_store._errors import (
     ArtifactCorrupt,
     ArtifactNotFound,

@@ -16,7 +16,6 @@ writers of one KB serialise on an exclusive ``fcntl.flock``, across threads and 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import fcntl
 import hashlib
@@ -26,7 +25,7 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +39,7 @@ from model_store._artifact import (
     verify_manifest,
 )
 from model_store._errors import ArtifactCorrupt, ArtifactNotFound, InvalidName, StoreUnavailable
+from model_store._files import TMP_PREFIX, sync_dir, write_atomic, write_synced
 from model_store._npz import max_npz_bytes
 from model_store._store import (
     HISTORY_MAX,
@@ -55,40 +55,16 @@ from model_store._store import (
 log = logging.getLogger(__name__)
 
 META_FILE = "meta.json"
-_TMP = ".tmp-"
 # A temporary directory this old is a leftover of an interrupted put() or gc.
 _LEFTOVER_AGE_S = 3600.0
-
-
-def _write_synced(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _sync_dir(path: Path) -> None:
-    """Make the entries of directory ``path`` (a rename into it) durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _holds_version(versions: Path) -> bool:
     """Whether a KB's ``versions`` folder lists a stored version (not a put's temp dir)."""
     return any(
-        p.is_dir() and not p.name.startswith(_TMP) and (p / META_FILE).is_file()
+        p.is_dir() and not p.name.startswith(TMP_PREFIX) and (p / META_FILE).is_file()
         for p in versions.iterdir()
     )
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f"{_TMP}{path.name}.{uuid.uuid4().hex}")
-    _write_synced(tmp, data)
-    os.replace(tmp, path)
-    _sync_dir(path.parent)
 
 
 class DirectoryStore:
@@ -159,7 +135,7 @@ class DirectoryStore:
     ) -> StoreEvent:
         state["seq"] = int(state.get("seq", 0)) + 1
         event = StoreEvent(str(state["seq"]), kb, version, previous, action, time.time())
-        _write_atomic(d / "state.json", json.dumps(state).encode())
+        write_atomic(d / "state.json", json.dumps(state).encode())
         with open(d / "events.jsonl", "ab+") as f:
             # A line torn by a crash gets its own: this event must not be glued to it.
             end, torn = f.seek(0, os.SEEK_END), False
@@ -187,20 +163,20 @@ class DirectoryStore:
         with self._locked(kb) as d:
             if target.is_dir():
                 return version
-            tmp = d / "versions" / f"{_TMP}{version}.{uuid.uuid4().hex}"
+            tmp = d / "versions" / f"{TMP_PREFIX}{version}.{uuid.uuid4().hex}"
             tmp.mkdir(parents=True)
             try:
                 # On disk before it is listed: after a power loss, put() would find a
                 # listed but truncated version and never write it again.
-                _write_synced(tmp / ARRAYS_FILE, arrays_bytes)
-                _write_synced(tmp / MANIFEST_FILE, manifest_bytes)
-                _write_synced(tmp / META_FILE, json.dumps(meta).encode())
-                _sync_dir(tmp)
+                write_synced(tmp / ARRAYS_FILE, arrays_bytes)
+                write_synced(tmp / MANIFEST_FILE, manifest_bytes)
+                write_synced(tmp / META_FILE, json.dumps(meta).encode())
+                sync_dir(tmp)
                 os.rename(tmp, target)  # listed from here on
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)  # a full disk keeps nothing half-written
                 raise
-            _sync_dir(target.parent)
+            sync_dir(target.parent)
         log.info("stored version %s of KB %s in %s", version, kb, self.root)
         return version
 
@@ -253,7 +229,7 @@ class DirectoryStore:
             return []
         found: list[tuple[float, str]] = []
         for p in vroot.iterdir():
-            if p.name.startswith(_TMP) or not p.is_dir():
+            if p.name.startswith(TMP_PREFIX) or not p.is_dir():
                 continue
             try:
                 stored_at = float(json.loads((p / META_FILE).read_bytes())["stored_at"])
@@ -373,7 +349,7 @@ class DirectoryStore:
                 if version in protected:
                     continue
                 vdir = self._version_dir(kb, version)
-                grave = vdir.with_name(f"{_TMP}gc-{version}.{uuid.uuid4().hex}")
+                grave = vdir.with_name(f"{TMP_PREFIX}gc-{version}.{uuid.uuid4().hex}")
                 os.rename(vdir, grave)
                 shutil.rmtree(grave, ignore_errors=True)
                 deleted.append(version)
@@ -386,7 +362,7 @@ class DirectoryStore:
                     if v not in deleted and (not kept or kept[-1] != v):
                         kept.append(v)
                 state["history"] = kept
-                _write_atomic(d / "state.json", json.dumps(state).encode())
+                write_atomic(d / "state.json", json.dumps(state).encode())
         if deleted:
             log.info("gc removed %d versions of KB %s", len(deleted), kb)
         return deleted
@@ -415,7 +391,7 @@ class DirectoryStore:
         hour old (puts write under the KB's lock, which gc holds; the hour is a margin)."""
         cutoff = time.time() - _LEFTOVER_AGE_S
         removed = 0
-        for p in versions.glob(f"{_TMP}*"):
+        for p in versions.glob(f"{TMP_PREFIX}*"):
             try:
                 if p.is_dir() and p.stat().st_mtime < cutoff:
                     shutil.rmtree(p, ignore_errors=True)
@@ -427,62 +403,3 @@ class DirectoryStore:
 
     def close(self) -> None:
         """Nothing to release (present for the protocol)."""
-
-
-class AsyncDirectoryStore:
-    """Asyncio view of a :class:`DirectoryStore`: file I/O in threads, events by polling."""
-
-    def __init__(self, store: DirectoryStore, *, event_poll_s: float = 0.1) -> None:
-        self.store = store
-        self.event_poll_s = event_poll_s
-        # Per KB: the event log's mark and the cursor of the last read that found nothing new.
-        self._read_at: dict[str, tuple[tuple[int, int] | None, str]] = {}
-
-    def __repr__(self) -> str:
-        return f"AsyncDirectoryStore({str(self.store.root)!r})"
-
-    async def get(
-        self, kb: str, version: str, *, expected_encoder: Mapping[str, Any] | None = None
-    ) -> Artifact:
-        return await asyncio.to_thread(
-            self.store.get, kb, version, expected_encoder=expected_encoder
-        )
-
-    async def active(self, kb: str) -> str | None:
-        return await asyncio.to_thread(self.store.active, kb)
-
-    async def previous(self, kb: str) -> str | None:
-        return await asyncio.to_thread(self.store.previous, kb)
-
-    async def last_event_id(self, kb: str) -> str:
-        events = await asyncio.to_thread(self.store.events, kb)
-        return events[-1].id if events else "0"
-
-    async def wait_events(self, after: Mapping[str, str], timeout_s: float) -> Sequence[StoreEvent]:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            found: list[StoreEvent] = []
-            for kb, last in after.items():
-                # The log is read again only when it changed: read every poll, a long log
-                # cost tens of ms a read.
-                mark = (await asyncio.to_thread(self.store.events_mark, kb), last)
-                if self._read_at.get(kb) == mark:
-                    continue
-                new = await asyncio.to_thread(self.store.events, kb, last)
-                if new:  # asked again from the same cursor, they are found again
-                    self._read_at.pop(kb, None)
-                    found.extend(new)
-                else:  # marked only once a read succeeded and found nothing
-                    self._read_at[kb] = mark
-            remaining = deadline - time.monotonic()
-            if found or remaining <= 0:
-                return found
-            await asyncio.sleep(min(self.event_poll_s, remaining))
-
-    async def ping(self) -> None:
-        """Raise :class:`StoreUnavailable` unless the store directory is there."""
-        if not await asyncio.to_thread(self.store.root.is_dir):
-            raise StoreUnavailable(f"store directory {self.store.root} is gone")
-
-    async def close(self) -> None:
-        self.store.close()

@@ -21,15 +21,7 @@ from sidecar.cli._model_inputs import (
     model_options,
     read_model,
 )
-from sidecar.cli._models import (
-    _any_encoder_option,
-    _load_for_import,
-    _open,
-    _settings,
-    _store_options,
-    load_local_dir,
-    servable_model,
-)
+from sidecar.cli._models import _open, _settings, _store_options
 from sidecar.cli._options import (
     cache_dir_option,
     check_output_dir,
@@ -37,6 +29,12 @@ from sidecar.cli._options import (
     no_progress_option,
 )
 from sidecar.cli._root import main
+from sidecar.cli._servable import (
+    _any_encoder_option,
+    _load_for_import,
+    load_local_dir,
+    servable_model,
+)
 
 
 @main.command("calibrate")

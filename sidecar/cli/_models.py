@@ -13,6 +13,7 @@ import click
 
 from model_store import ArtifactNotFound, ModelStore
 from sidecar.cli._root import main
+from sidecar.cli._servable import _any_encoder_option, _load_for_import, servable_model
 
 if TYPE_CHECKING:
     from model_store import Artifact
@@ -128,101 +129,6 @@ def _open(
     """
     settings = _settings(store_dir, redis_url, **store_overrides)
     return _opened(settings, create=create and not read_only)
-
-
-def servable_model(artifact: Artifact, *, refused: str, workers: Settings | None = None) -> Any:
-    """The :class:`~sidecar.scoring.OODModel` of ``artifact``, checked as a worker checks
-    it before it swaps (:func:`~sidecar.hotswap.warm_up`); else
-    :class:`~model_store.IncompatibleArtifact`. Every command that promotes passes the
-    ``workers``' settings: a model of another encoder than theirs is refused as well
-    (:func:`_check_encoder`; leave them out under ``--any-encoder``).
-
-    Its encoder probes are compared too, with the workers' encoder loaded here
-    (:func:`_check_probes`).
-
-    Checksums and signature say the bytes are intact, not that the model section makes
-    sense or that its arrays fit together; a version no worker can load must never become
-    active, and no command should crash on one. ``refused`` says what did not happen
-    ("nothing was imported").
-    """
-    from model_store import ArtifactRejected, IncompatibleArtifact
-    from sidecar.hotswap import warm_up
-    from sidecar.scoring import OODModel  # numpy and scikit-learn; only when needed
-
-    try:
-        model = OODModel.from_artifact(artifact)
-        warm_up(model, int(model.encoder["dim"]))
-    except ArtifactRejected as exc:
-        raise IncompatibleArtifact(
-            f"{artifact.kb}/{artifact.version} is not a loadable model: {exc}; {refused}"
-        ) from exc
-    if workers is not None:
-        _check_encoder(artifact, workers, refused=refused)
-        _check_probes(artifact, model, workers, refused=refused)
-    return model
-
-
-_any_encoder_option = click.option(
-    "--any-encoder",
-    is_flag=True,
-    help="Promote even when the model was built with another encoder than the settings' "
-    "scoring.encoder (workers running that encoder refuse it and keep their model).",
-)
-
-
-def _check_encoder(artifact: Artifact, settings: Settings, *, refused: str) -> None:
-    """Refuse to promote a model of another encoder than the workers' (the settings').
-
-    Workers refuse such a version and keep serving their old model; one that starts
-    afterwards has none at all and answers every query with its fail mode.
-    """
-    from model_store import IncompatibleArtifact
-    from sidecar.scoring._encoder import encoder_dim, encoder_label
-
-    want = encoder_label(settings.scoring.encoder)
-    got = str(artifact.encoder.get("name"))
-    if got != want:
-        raise IncompatibleArtifact(
-            f"{artifact.kb}/{artifact.version} was built with encoder {got!r}, but the "
-            f"workers' scoring.encoder is {want!r}; {refused} (set scoring.encoder as the "
-            "workers do, or pass --any-encoder)"
-        )
-    width, dim = encoder_dim(settings.scoring.encoder), artifact.encoder.get("dim")
-    if width is not None and dim != width:
-        raise IncompatibleArtifact(
-            f"{artifact.kb}/{artifact.version} has {dim}-dim embeddings, but the workers' "
-            f"encoder {want!r} gives {width}; {refused} (pass --any-encoder to promote it "
-            "anyway)"
-        )
-
-
-def _check_probes(artifact: Artifact, model: Any, settings: Settings, *, refused: str) -> None:
-    """Refuse to promote a model whose encoder probes the workers' encoder does not embed
-    as recorded (same name, other weights). Needs that encoder here: where it cannot be
-    loaded, say so and leave the check to the workers, which keep their model."""
-    from model_store import IncompatibleArtifact
-    from sidecar.errors import EncoderMismatch, SidecarError
-    from sidecar.scoring import PROBE_TEXTS, embed_probes, load_encoder
-
-    if model.encoder_probes is None or tuple(model.encoder_probe_texts) != PROBE_TEXTS:
-        return  # trained from embeddings, or by a release without probes
-    try:
-        encoder = load_encoder(settings.scoring)
-        running = embed_probes(encoder.encode)
-    except (SidecarError, OSError, RuntimeError) as exc:  # e.g. an ONNX export that failed
-        click.echo(
-            f"note: {artifact.kb}/{artifact.version}'s encoder probes were not compared: "
-            f"the workers' encoder cannot run here ({exc})",
-            err=True,
-        )
-        return
-    try:
-        model.check_encoder(encoder.name, encoder.dim, probes=running)
-    except EncoderMismatch as exc:
-        raise IncompatibleArtifact(
-            f"{artifact.kb}/{artifact.version}: {exc}; {refused} (workers running this "
-            "encoder would refuse it too; pass --any-encoder to promote it anyway)"
-        ) from exc
 
 
 def _unknown_kb(store: ModelStore, kb: str) -> None:
@@ -487,42 +393,6 @@ def import_command(
         event = store.promote(artifact.kb, version) if promote else None
     done = " and promoted it" if event else " (already active)" if promote else ""
     click.echo(f"imported {artifact.kb}/{version}{done}")
-
-
-def _load_for_import(directory: Path, key: bytes | None, *, allow_unsigned: bool) -> Artifact:
-    """Load and verify an artifact directory; ``allow_unsigned`` waives only a missing signature.
-
-    A signature that is present but wrong (tampered, or made with another key) is always
-    rejected: put() re-signs with the local key, so accepting it would launder the artifact.
-    """
-    from model_store import SignatureInvalid, load_dir
-
-    if key is None and allow_unsigned:
-        click.echo("note: no signing key is configured, so --allow-unsigned changes nothing")
-    if key is None or not allow_unsigned:
-        try:
-            return load_dir(directory, hmac_key=key)
-        except SignatureInvalid as exc:
-            if "unsigned" not in str(exc):
-                raise
-            # `sidecar train --out` writes unsigned models: say how to bring one in
-            raise SignatureInvalid(
-                f"{exc}; --allow-unsigned imports it signed with that key"
-            ) from exc
-    return load_local_dir(directory, key)
-
-
-def load_local_dir(directory: Path, key: bytes | None) -> Artifact:
-    """An artifact directory a command reads as is (``--artifact``): checksums and schema
-    verified, and, with a signing key configured, a signature it carries must be right.
-
-    An unsigned directory is a local file the user made (``sidecar train --out``); a
-    signed one whose signature fails was changed after signing, and whatever is made
-    from it (a recalibrated copy, put() re-signing it) would carry the change on.
-    """
-    from model_store import load_dir
-
-    return load_dir(directory, hmac_key=key, allow_unsigned=True)
 
 
 @models.command("gc")

@@ -153,7 +153,7 @@ def test_promoting_compares_the_probes_with_the_workers_encoder(
     Encoder protocol) and refuse what the workers would refuse; where it cannot run here
     they say so and leave the check to the workers."""
     import sidecar.scoring
-    from sidecar.cli._models import servable_model
+    from sidecar.cli._servable import servable_model
     from sidecar.errors import ConfigError
     from sidecar.settings import Settings
 

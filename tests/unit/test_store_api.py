@@ -347,8 +347,8 @@ def test_a_directory_put_that_fails_leaves_no_kb_and_no_half_version(
             raise OSError(errno.ENOSPC, "No space left on device")
         real(path, data)
 
-    real = _directory._write_synced
-    monkeypatch.setattr(_directory, "_write_synced", disk_full)
+    real = _directory.write_synced
+    monkeypatch.setattr(_directory, "write_synced", disk_full)
     other = build_artifact(
         kb="other", encoder={"name": "e", "dim": 2}, model={"kind": "x"}, arrays={"a": np.ones(3)}
     )

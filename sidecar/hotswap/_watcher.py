@@ -1,23 +1,5 @@
-"""The models in service and the watcher that swaps them live.
-
-:class:`ModelHolder` owns one immutable mapping ``kb -> LoadedModel``. The stream reads
-it once per batch (:meth:`ModelHolder.snapshot`), so a batch is scored by exactly one
-model per KB. A swap builds a new mapping and replaces that single reference; the model
-it replaces is kept as the KB's *previous* model, so a rollback to it needs no fetch.
-
-:class:`ModelWatcher` keeps the holder in line with the store's active pointers:
-
-* it reads each served KB's event stream (Redis ``XREAD BLOCK``; every replica reads it,
-  there is no consumer group) and syncs the KB named by an event;
-* it polls the active pointers every ``poll_interval_s`` and after every reconnect, so a
-  missed event cannot leave a replica behind;
-* a load is fetch -> verify (checksums, HMAC, schema, encoder) -> build -> encoder check
-  -> warm-up (one ``score`` call), all off the event loop's hot path; a failure keeps
-  the old model and is shown in :meth:`ModelHolder.status`;
-* when the store is unreachable it keeps serving, backs off and reconnects.
-
-One holder per process, created by the app factory; there is no module-level model.
-"""
+"""The watcher that keeps a :class:`ModelHolder` in line with the store's active pointers:
+it reads the store's events, polls the pointers, and loads, checks and installs models."""
 
 from __future__ import annotations
 
@@ -26,10 +8,9 @@ import dataclasses
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
-from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -40,200 +21,17 @@ from model_store import (
     AsyncModelStore,
     StoreUnavailable,
 )
-from sidecar._stores import open_async_store, open_store
+from sidecar.hotswap._holder import LoadedModel, ModelHolder
+from sidecar.hotswap._model import (
+    ModelLoader,
+    SwappableModel,
+    check_threshold,
+    default_loader,
+    warm_up,
+)
 
-__all__ = [
-    "LoadedModel",
-    "ModelHolder",
-    "ModelWatcher",
-    "SwappableModel",
-    "open_async_store",
-    "open_store",
-    "warm_up",
-]
-
-log = logging.getLogger(__name__)
-
-
-class SwappableModel(Protocol):
-    """What the holder needs of a model (``sidecar.scoring.OODModel`` satisfies it)."""
-
-    def score(self, E: np.ndarray) -> np.ndarray:
-        """OOD scores, shape (n_queries,), for embeddings of shape (n_queries, dim)."""
-        ...
-
-    def predict(self, E: np.ndarray) -> np.ndarray:
-        """True where a query is OOD, shape (n_queries,)."""
-        ...
-
-    def check_encoder(self, name: str, dim: int, probes: np.ndarray | None = None) -> None:
-        """Raise ``EncoderMismatch`` unless the model was built for this encoder (and, given
-        the running encoder's probe embeddings, for its weights)."""
-        ...
-
-
-ModelLoader = Callable[[Artifact], SwappableModel]
-
-
-def _check_threshold(model: SwappableModel) -> None:
-    threshold = getattr(model, "threshold", 0.0)
-    if not np.isfinite(threshold):
-        # score > NaN is always False: every query would pass as in-domain.
-        raise ArtifactRejected(f"threshold {threshold!r} is not finite")
-
-
-def warm_up(model: SwappableModel, dim: int) -> None:
-    """Raise ArtifactRejected unless ``model`` can serve: a finite threshold, and finite
-    scores for two probe embeddings of ``dim`` dims (scoring them must not fail).
-
-    One probe touches every coordinate, so a NaN anywhere in the arrays the model
-    multiplies shows; the other is a unit axis. A model that cannot score them would
-    send every query to the dead-letter topic.
-    """
-    _check_threshold(model)
-    probe = np.zeros((2, dim), dtype=np.float32)
-    probe[0] = 1.0 / np.sqrt(dim)
-    probe[1, 0] = 1.0
-    try:
-        scores = np.asarray(model.score(probe))
-    except Exception as exc:  # arrays whose checksums hold but whose shapes do not fit
-        why = (str(exc) or type(exc).__name__).splitlines()[0][:300]
-        raise ArtifactRejected(f"the model cannot score a probe query: {why}") from exc
-    if scores.shape != (2,) or not np.all(np.isfinite(scores)):
-        raise ArtifactRejected(
-            f"warm-up scores have shape {scores.shape} or are not finite "
-            "(a NaN or infinity in the model's arrays?)"
-        )
-
-
-def _default_loader(artifact: Artifact) -> SwappableModel:
-    from sidecar.scoring import OODModel  # the scoring package, imported when first needed
-
-    model: SwappableModel = OODModel.from_artifact(artifact)
-    return model
-
-
-@dataclass(frozen=True)
-class LoadedModel:
-    """A model in service: which KB, which store version, since when (unix seconds)."""
-
-    kb: str
-    version: str
-    model: Any  # a SwappableModel; ``Any`` so callers keep the concrete type's methods
-    loaded_at: float
-
-
-@dataclass
-class _KbStatus:
-    swaps: int = 0
-    load_failures: int = 0
-    last_error: str | None = None
-    failed_version: str | None = None
-    store_active: str | None = None
-
-
-class ModelHolder:
-    """The models in service, one per KB, swapped by replacing one reference.
-
-    Parameters
-    ----------
-    kbs : sequence of str
-        The KBs this process serves; :meth:`ready` needs a model for each.
-    """
-
-    def __init__(self, kbs: Sequence[str]) -> None:
-        self.kbs = tuple(kbs)
-        self._current: Mapping[str, LoadedModel] = MappingProxyType({})
-        self._previous: dict[str, LoadedModel] = {}
-        self._status = {kb: _KbStatus() for kb in self.kbs}
-        self.store_error: str | None = None
-        self._changed: asyncio.Event | None = None
-
-    def snapshot(self) -> Mapping[str, LoadedModel]:
-        """The current immutable mapping ``kb -> LoadedModel``; read it once per batch."""
-        return self._current
-
-    def get(self, kb: str) -> LoadedModel | None:
-        return self._current.get(kb)
-
-    def previous(self, kb: str) -> LoadedModel | None:
-        """The model that served ``kb`` before the current one (kept for rollback)."""
-        return self._previous.get(kb)
-
-    def ready(self) -> bool:
-        """True when every served KB has a model."""
-        current = self._current
-        return all(kb in current for kb in self.kbs)
-
-    def install(self, loaded: LoadedModel) -> None:
-        """Put ``loaded`` in service for its KB (one reference assignment)."""
-        old = self._current.get(loaded.kb)
-        if old is not None and old.version != loaded.version:
-            self._previous[loaded.kb] = old
-        new = dict(self._current)
-        new[loaded.kb] = loaded
-        self._current = MappingProxyType(new)  # the swap
-        st = self._status.setdefault(loaded.kb, _KbStatus())
-        st.swaps += 1
-        # A good install ends the error: a retried version now serves, or another took the
-        # failed one's place.
-        st.last_error = st.failed_version = None
-        log.info(
-            "KB %s now served by version %s (was %s)",
-            loaded.kb,
-            loaded.version,
-            old.version if old else None,
-        )
-        self._notify()
-
-    def record_failure(self, kb: str, version: str, reason: str) -> None:
-        """A load of ``version`` failed; the current model stays."""
-        st = self._status.setdefault(kb, _KbStatus())
-        st.load_failures += 1
-        st.last_error = f"{version}: {reason}"
-        st.failed_version = version
-        self._notify()
-
-    def note_store_active(self, kb: str, version: str | None) -> None:
-        self._status.setdefault(kb, _KbStatus()).store_active = version
-
-    def note_store_error(self, error: str | None) -> None:
-        changed = (error is None) != (self.store_error is None)
-        self.store_error = error
-        if changed:
-            self._notify()
-
-    def status(self) -> dict[str, Any]:
-        """Per KB: version, previous_version, loaded_at, last_error, load_failures, swaps."""
-        out: dict[str, Any] = {}
-        current = self._current
-        for kb in sorted(set(self.kbs) | set(self._status)):
-            st = self._status.get(kb, _KbStatus())
-            cur, prev = current.get(kb), self._previous.get(kb)
-            out[kb] = {
-                "version": cur.version if cur else None,
-                "previous_version": prev.version if prev else None,
-                "loaded_at": cur.loaded_at if cur else None,
-                "store_active": st.store_active,
-                "last_error": st.last_error,
-                "load_failures": st.load_failures,
-                "swaps": st.swaps,
-                "store_reachable": self.store_error is None,
-            }
-        return out
-
-    def _notify(self) -> None:
-        if self._changed is not None:
-            self._changed.set()
-            self._changed = None
-
-    async def wait_for(self, predicate: Callable[[ModelHolder], bool], timeout_s: float) -> None:
-        """Wait until ``predicate(self)`` holds after a swap or failure (``TimeoutError``)."""
-        async with asyncio.timeout(timeout_s):
-            while not predicate(self):
-                if self._changed is None:
-                    self._changed = asyncio.Event()
-                await self._changed.wait()
+# The package's logger, as before hotswap became a package: log lines keep its name.
+log = logging.getLogger("sidecar.hotswap")
 
 
 @dataclass
@@ -397,13 +195,13 @@ class ModelWatcher:
 
     def _build(self, artifact: Artifact) -> SwappableModel:
         """Build, check and warm a model (runs in a worker thread)."""
-        model = (self.loader or _default_loader)(artifact)
+        model = (self.loader or default_loader)(artifact)
         name, dim = str(self.encoder["name"]), int(self.encoder["dim"])
         model.check_encoder(name, dim, probes=self.encoder_probes)
         if self.warmup:
             warm_up(model, dim)
         else:
-            _check_threshold(model)
+            check_threshold(model)
         return model
 
     async def _resubscribe(self) -> None:

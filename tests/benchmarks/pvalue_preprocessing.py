@@ -1,5 +1,6 @@
-"""Ablation behind tests/benchmarks/pvalue_preprocessing_dev.json and
-tests/benchmarks/pvalue_spread_dev.json (not a test; run by hand).
+"""Ablation behind tests/benchmarks/pvalue_preprocessing_dev.json,
+tests/benchmarks/pvalue_spread_dev.json and tests/benchmarks/pvalue_groups_dev.json
+(not a test; run by hand).
 
 Does the reference implementation's preprocessing change the paper's p-value-vs-EVR
 comparison? Its code (github.com/toastedqu/rag_safety_pca) z-scores the KB embeddings
@@ -13,7 +14,9 @@ each variant and prints p-value minus EVR per detector::
 
 The variants swap one piece of the pipeline in this process only (see ``VARIANTS``):
 the preprocessing, or the per-PC test (``raw_spread`` and ``raw_locscale`` add a test of
-spread, which a t-test on the values cannot see).
+spread, which a t-test on the values cannot see; ``raw_groups`` and ``raw_groups_rr`` test
+ID against each k-means group of the OOD queries, since a mixture of sibling domains can
+hide the shift of each one behind a pooled mean).
 Benchmarks whose KBs have no training queries (covid is cross-fitted) are not supported.
 """
 
@@ -44,6 +47,10 @@ VARIANTS = {
     "paper_bal": "paper + class-balanced t-test",
     "raw_spread": "spread only: Welch t-test on |z - class median| per PC (Brown-Forsythe)",
     "raw_locscale": "the lower of the Welch p-values on z and on |z - class median| per PC",
+    "raw_groups": "Welch t-test of ID against each k-means group of the OOD queries; a PC's "
+    "p-value is its lowest over the groups",
+    "raw_groups_rr": "as raw_groups, but the groups take turns: each adds its own "
+    "lowest-p PC not yet chosen",
 }
 
 
@@ -86,6 +93,40 @@ def _locscale_pvalue(Z_id: np.ndarray, Z_ood: np.ndarray, m: int) -> np.ndarray:
     return _lowest_p(np.maximum(t_loc, t_sc), np.minimum(p_loc, p_sc), m)
 
 
+def _ood_groups(Z_ood: np.ndarray, n_groups: int = 8) -> list[np.ndarray]:
+    from sklearn.cluster import KMeans
+
+    labels = KMeans(n_groups, n_init=4, random_state=0).fit_predict(Z_ood)
+    return [Z_ood[labels == g] for g in range(n_groups) if np.sum(labels == g) >= 2]
+
+
+def _group_tests(Z_id: np.ndarray, Z_ood: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """|t| and p of Welch t-tests of ID against each OOD group: shape (n_groups, k)."""
+    from scipy.stats import ttest_ind
+
+    A, groups = np.asarray(Z_id), _ood_groups(np.asarray(Z_ood))
+    ts, ps = zip(*(ttest_ind(A, B, axis=0, equal_var=False) for B in groups), strict=True)
+    return np.nan_to_num(np.abs(np.array(ts))), np.nan_to_num(np.array(ps), nan=1.0)
+
+
+def _groups_pvalue(Z_id: np.ndarray, Z_ood: np.ndarray, m: int) -> np.ndarray:
+    t, p = _group_tests(Z_id, Z_ood)
+    return _lowest_p(t.max(0), p.min(0), m)
+
+
+def _groups_rr_pvalue(Z_id: np.ndarray, Z_ood: np.ndarray, m: int) -> np.ndarray:
+    t, p = _group_tests(Z_id, Z_ood)
+    ranked = [list(_lowest_p(t[g], p[g], p.shape[1])) for g in range(len(p))]
+    chosen: list[int] = []
+    while len(chosen) < m:
+        for order in ranked:
+            pc = next(j for j in order if j not in chosen)
+            chosen.append(int(pc))
+            if len(chosen) == m:
+                break
+    return np.asarray(chosen, dtype=np.int64)
+
+
 @contextmanager
 def _variant(name: str) -> Iterator[None]:
     """Swap the t-test input and the PCA fit for the duration of one variant."""
@@ -104,6 +145,10 @@ def _variant(name: str) -> Iterator[None]:
         fit_module.select_pvalue = _spread_pvalue
     if name == "raw_locscale":
         fit_module.select_pvalue = _locscale_pvalue
+    if name == "raw_groups":
+        fit_module.select_pvalue = _groups_pvalue
+    if name == "raw_groups_rr":
+        fit_module.select_pvalue = _groups_rr_pvalue
     if name.startswith("paper"):
         KBSubspace.fit = paper_fit  # type: ignore[method-assign]
     try:

@@ -24,6 +24,7 @@ from model_store._errors import (
     IncompatibleArtifact,
     InvalidName,
     ModelStoreError,
+    PointerUnsealed,
     SignatureInvalid,
     StoreAccessDenied,
     StoreMisconfigured,
@@ -32,10 +33,12 @@ from model_store._errors import (
 from model_store._redis import RedisStore
 from model_store._redis_async import AsyncRedisStore
 from model_store._redis_common import safe_url
+from model_store._seal import ActivePointer
 from model_store._store import AsyncModelStore, ModelStore, StoreEvent, VersionInfo, check_kb
 
 __all__ = [
     "SCHEMA_VERSION",
+    "ActivePointer",
     "Artifact",
     "ArtifactCorrupt",
     "ArtifactNotFound",
@@ -48,6 +51,7 @@ __all__ = [
     "InvalidName",
     "ModelStore",
     "ModelStoreError",
+    "PointerUnsealed",
     "RedisStore",
     "SignatureInvalid",
     "StoreAccessDenied",

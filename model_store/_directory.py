@@ -41,6 +41,7 @@ from model_store._artifact import (
 from model_store._errors import ArtifactCorrupt, ArtifactNotFound, InvalidName, StoreUnavailable
 from model_store._files import TMP_PREFIX, sync_dir, write_atomic, write_synced
 from model_store._npz import max_npz_bytes
+from model_store._seal import ActivePointer, make_seal, next_seq, seal_holds, verified_pointer
 from model_store._store import (
     HISTORY_MAX,
     StoreEvent,
@@ -259,6 +260,16 @@ class DirectoryStore:
     def previous(self, kb: str) -> str | None:
         return previous_in(self.history(kb))
 
+    def active_pointer(self, kb: str) -> ActivePointer | None:
+        state = self._state(kb)
+        return verified_pointer(self.hmac_key, kb, state.get("active"), state.get("seal"))
+
+    def _seal(self, state: dict[str, Any], kb: str, version: str) -> None:
+        """Seal the pointer at ``version`` in ``state`` (with a key; under the KB's lock)."""
+        if self.hmac_key is not None:
+            seq = next_seq(self.hmac_key, state.get("seal"), kb, state.get("active"))
+            state["seal"] = make_seal(self.hmac_key, kb, version, seq)
+
     def promote(self, kb: str, version: str) -> StoreEvent | None:
         check_version(version)
         if not self._kb_dir(kb).is_dir():  # nothing to promote: leave no empty KB behind
@@ -269,7 +280,15 @@ class DirectoryStore:
             state = self._state(kb)
             current = state.get("active")
             if current == version:
-                return None
+                if self.hmac_key is None or seal_holds(
+                    self.hmac_key, state.get("seal"), kb, version
+                ):
+                    return None
+                self._seal(state, kb, version)
+                event = self._append_event(d, state, kb, version, current, "seal")
+                log.info("sealed the active pointer of KB %s at %s", kb, version)
+                return event
+            self._seal(state, kb, version)
             state["active"] = version
             state["history"] = [version, *state.get("history", [])][:HISTORY_MAX]
             event = self._append_event(d, state, kb, version, current, "promote")
@@ -290,6 +309,7 @@ class DirectoryStore:
                 raise ArtifactNotFound(f"KB {kb!r}: previous version {target} is gone")
             # Pop down to the target, skipping entries equal to the current version (as
             # ROLLBACK_LUA does).
+            self._seal(state, kb, target)
             state["active"], state["history"] = target, history[history.index(target) :]
             event = self._append_event(d, state, kb, target, current, "rollback")
         log.info("rolled KB %s back to %s (was %s)", kb, target, current)

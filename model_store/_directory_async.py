@@ -15,6 +15,7 @@ from typing import Any
 from model_store._artifact import Artifact
 from model_store._directory import DirectoryStore
 from model_store._errors import StoreUnavailable
+from model_store._seal import ActivePointer, SeqGuard
 from model_store._store import StoreEvent
 
 
@@ -26,6 +27,7 @@ class AsyncDirectoryStore:
         self.event_poll_s = event_poll_s
         # Per KB: the event log's mark and the cursor of the last read that found nothing new.
         self._read_at: dict[str, tuple[tuple[int, int] | None, str]] = {}
+        self._seqs = SeqGuard()
 
     def __repr__(self) -> str:
         return f"AsyncDirectoryStore({str(self.store.root)!r})"
@@ -39,6 +41,9 @@ class AsyncDirectoryStore:
 
     async def active(self, kb: str) -> str | None:
         return await asyncio.to_thread(self.store.active, kb)
+
+    async def active_pointer(self, kb: str) -> ActivePointer | None:
+        return self._seqs.check(kb, await asyncio.to_thread(self.store.active_pointer, kb))
 
     async def previous(self, kb: str) -> str | None:
         return await asyncio.to_thread(self.store.previous, kb)

@@ -11,6 +11,7 @@
     └── ArtifactRejected            bytes were read but must not be used
         ├── ArtifactCorrupt         checksum mismatch, unreadable arrays or manifest
         ├── SignatureInvalid        HMAC missing or wrong while a key is configured
+        ├── PointerUnsealed         the active pointer's seal is missing, wrong or replayed
         └── IncompatibleArtifact    unknown schema version, or built for another encoder
 
 The store never unpickles anything; every rejection happens before an array is used.
@@ -70,6 +71,13 @@ class ArtifactCorrupt(ArtifactRejected):
 
 class SignatureInvalid(ArtifactRejected):
     """A signing key is configured and the manifest's HMAC is missing or wrong."""
+
+
+class PointerUnsealed(ArtifactRejected):
+    """A signing key is configured and the active pointer's seal is missing, does not
+    match it, or is older than one this reader already accepted: the pointer was not
+    moved by a key holder. Readers keep their current model; a key holder re-seals the
+    pointer by promoting the version it should name (``sidecar models promote KB V``)."""
 
 
 class IncompatibleArtifact(ArtifactRejected):

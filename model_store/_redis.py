@@ -3,9 +3,9 @@
 See :mod:`model_store._redis_common` for the key layout and the Lua scripts. A version's
 chunks, manifest and metadata are written before the version is listed in the KB's
 ``versions`` set, so a reader never sees half a version. Pointer changes are one Lua
-script each (check, move, push history, XADD event). Connection and timeout errors are
-retried with a short exponential backoff by the client, then raised as
-:class:`StoreUnavailable`.
+script each (check, move, push history, seal with a signing key, XADD event). Connection
+and timeout errors are retried with a short exponential backoff by the client, then raised
+as :class:`StoreUnavailable`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from model_store._artifact import Artifact, encode, verify_manifest
-from model_store._errors import ArtifactCorrupt, ArtifactNotFound
+from model_store._errors import ArtifactCorrupt, ArtifactNotFound, StoreUnavailable
 from model_store._redis_common import (
     EVENTS_MAX,
     PROMOTE_LUA,
@@ -30,6 +30,7 @@ from model_store._redis_common import (
     Keys,
     client_from_url,
     manifest_and_meta,
+    opt_text,
     parse_event,
     queue_manifest_and_meta,
     safe_url,
@@ -37,6 +38,14 @@ from model_store._redis_common import (
     split_chunks,
     text,
     translate_errors,
+)
+from model_store._seal import (
+    SEAL_TRIES,
+    ActivePointer,
+    make_seal,
+    next_seq,
+    seal_holds,
+    verified_pointer,
 )
 from model_store._store import (
     HISTORY_MAX,
@@ -235,36 +244,82 @@ class RedisStore:
         check_kb(kb)
         return previous_in(self.history(kb))
 
+    def active_pointer(self, kb: str) -> ActivePointer | None:
+        check_kb(kb)
+        with translate_errors(self.url):
+            version, seal = self.client.mget(self.keys.active(kb), self.keys.seal(kb))
+        return verified_pointer(self.hmac_key, kb, opt_text(version), seal)
+
+    def _pointer_and_seal(self, kb: str) -> tuple[str | None, list[str], bytes]:
+        """The active version, the history and the seal's bytes (b'' for none), read
+        together; the seal stays bytes, for the script to compare whatever was written."""
+        k = self.keys
+        pipe = self.client.pipeline(transaction=True)
+        pipe.get(k.active(kb))
+        pipe.lrange(k.history(kb), 0, -1)
+        pipe.get(k.seal(kb))
+        active, history, seal = pipe.execute()
+        return opt_text(active), [text(v) for v in history], seal or b""
+
     def promote(self, kb: str, version: str) -> StoreEvent | None:
         check_kb(kb), check_version(version)
-        ts = time.time()
-        with translate_errors(self.url):
-            reply = self._promote(
-                keys=self.keys.pointer_keys(kb),
-                args=[version, repr(ts), kb, HISTORY_MAX, EVENTS_MAX],
-            )
-        status = text(reply[0])
-        if status == "missing":
-            raise ArtifactNotFound(f"KB {kb!r} has no version {version!r} to promote")
-        if status == "noop":
-            return None
-        event = script_event(reply, kb, "promote", ts)
-        log.info("promoted KB %s to %s (was %s)", kb, version, event.previous)
-        return event
+        for _ in range(SEAL_TRIES):
+            ts = time.time()
+            with translate_errors(self.url):
+                seal_args: list[str | bytes] = ["0", "", ""]
+                if self.hmac_key is not None:
+                    active, _, seal = self._pointer_and_seal(kb)
+                    if active == version and seal_holds(self.hmac_key, seal, kb, version):
+                        return None
+                    seq = next_seq(self.hmac_key, seal, kb, active)
+                    seal_args = ["1", seal, make_seal(self.hmac_key, kb, version, seq)]
+                reply = self._promote(
+                    keys=self.keys.pointer_keys(kb),
+                    args=[version, repr(ts), kb, HISTORY_MAX, EVENTS_MAX, *seal_args],
+                )
+            status = text(reply[0])
+            if status == "raced":
+                continue
+            if status == "missing":
+                raise ArtifactNotFound(f"KB {kb!r} has no version {version!r} to promote")
+            if status == "noop":
+                return None
+            if status == "sealed":
+                event = script_event(reply, kb, "seal", ts)
+                log.info("sealed the active pointer of KB %s at %s", kb, version)
+                return event
+            event = script_event(reply, kb, "promote", ts)
+            log.info("promoted KB %s to %s (was %s)", kb, version, event.previous)
+            return event
+        raise StoreUnavailable(f"KB {kb!r}: the pointer kept moving under other writers")
 
     def rollback(self, kb: str) -> StoreEvent:
         check_kb(kb)
-        ts = time.time()
-        with translate_errors(self.url):
-            reply = self._rollback(keys=self.keys.pointer_keys(kb), args=[repr(ts), kb, EVENTS_MAX])
-        status = text(reply[0])
-        if status == "nohistory":
-            raise ArtifactNotFound(f"KB {kb!r} has no previous version to roll back to")
-        if status == "missing":
-            raise ArtifactNotFound(f"KB {kb!r}: previous version {text(reply[1])} is gone")
-        event = script_event(reply, kb, "rollback", ts)
-        log.info("rolled KB %s back to %s (was %s)", kb, event.version, event.previous)
-        return event
+        for _ in range(SEAL_TRIES):
+            ts = time.time()
+            with translate_errors(self.url):
+                seal_args: list[str | bytes] = ["0", "", "", ""]
+                if self.hmac_key is not None:
+                    active, history, seal = self._pointer_and_seal(kb)
+                    target = previous_in(history)
+                    if target is not None:
+                        seq = next_seq(self.hmac_key, seal, kb, active)
+                        new_seal = make_seal(self.hmac_key, kb, target, seq)
+                        seal_args = ["1", seal, target, new_seal]
+                reply = self._rollback(
+                    keys=self.keys.pointer_keys(kb), args=[repr(ts), kb, EVENTS_MAX, *seal_args]
+                )
+            status = text(reply[0])
+            if status == "raced":
+                continue
+            if status == "nohistory":
+                raise ArtifactNotFound(f"KB {kb!r} has no previous version to roll back to")
+            if status == "missing":
+                raise ArtifactNotFound(f"KB {kb!r}: previous version {text(reply[1])} is gone")
+            event = script_event(reply, kb, "rollback", ts)
+            log.info("rolled KB %s back to %s (was %s)", kb, event.version, event.previous)
+            return event
+        raise StoreUnavailable(f"KB {kb!r}: the pointer kept moving under other writers")
 
     def events(self, kb: str, after: str | None = None) -> list[StoreEvent]:
         check_kb(kb)

@@ -21,12 +21,14 @@ from model_store._redis_common import (
     Keys,
     client_from_url,
     manifest_and_meta,
+    opt_text,
     parse_event,
     queue_manifest_and_meta,
     safe_url,
     text,
     translate_errors,
 )
+from model_store._seal import ActivePointer, SeqGuard, verified_pointer
 from model_store._store import (
     StoreEvent,
     check_chunk_lengths,
@@ -57,6 +59,7 @@ class AsyncRedisStore:
         self.keys = Keys(prefix)
         self.hmac_key = hmac_key or None
         self.socket_timeout_s = socket_timeout_s
+        self._seqs = SeqGuard()
         kwargs: dict[str, Any] = {
             "socket_timeout": socket_timeout_s,
             "socket_connect_timeout": socket_timeout_s,
@@ -110,6 +113,12 @@ class AsyncRedisStore:
         with translate_errors(self.url):
             v = await self.client.get(self.keys.active(kb))
         return text(v) if v is not None else None
+
+    async def active_pointer(self, kb: str) -> ActivePointer | None:
+        check_kb(kb)
+        with translate_errors(self.url):
+            version, seal = await self.client.mget(self.keys.active(kb), self.keys.seal(kb))
+        return self._seqs.check(kb, verified_pointer(self.hmac_key, kb, opt_text(version), seal))
 
     async def previous(self, kb: str) -> str | None:
         check_kb(kb)

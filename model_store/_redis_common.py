@@ -8,6 +8,7 @@ Keys (``P`` is the configured prefix, ``KB`` the KB id, ``V`` a version id)::
     P:kb:KB:v:V:meta           hash     chunks, size, sha256 (of the npz bytes), stored_at
     P:kb:KB:v:V:chunk:I        string   I-th slice of the npz bytes (``chunk_bytes`` each)
     P:kb:KB:active             string   the version in service
+    P:kb:KB:seal               string   the pointer's seal (JSON; with a signing key)
     P:kb:KB:history            list     versions that were active, newest first
     P:kb:KB:events             stream   {kb, version, previous, action, ts} per pointer change
 """
@@ -37,22 +38,41 @@ from model_store._store import StoreEvent
 EVENTS_MAX = 10_000
 
 # Promote: move the active pointer to ARGV[1], push it on the history, log an event.
+# With a signing key (ARGV[6] = '1') the writer also sets the pointer's seal, which it
+# signed for ARGV[1] before calling (model_store._seal): only if the seal is still the one
+# it read (ARGV[7], '' for none), else another writer moved the pointer in between and
+# the caller signs again. Promoting the active version rewrites its seal ('sealed'); the
+# caller skips that when the seal already holds.
 # KEYS[1] versions zset of the KB   (membership = "fully written")
 # KEYS[2] active pointer            (string)
 # KEYS[3] history list              (newest first)
 # KEYS[4] event stream of the KB
+# KEYS[5] seal of the pointer       (string, JSON)
 # ARGV[1] version to activate
 # ARGV[2] unix time of the change, seconds as text
 # ARGV[3] KB id (copied into the event)
 # ARGV[4] history entries kept
 # ARGV[5] approximate stream length kept
-# Returns {'missing'} | {'noop', cur} | {'ok', version, previous_or_empty, event_id}
+# ARGV[6] '1' to seal, '0' to leave the seal alone (no key)
+# ARGV[7] the seal the caller read ('' for none)
+# ARGV[8] the new seal
+# Returns {'missing'} | {'raced'} | {'noop', cur} | {'ok' or 'sealed', version,
+# previous_or_empty, event_id}
 PROMOTE_LUA = """
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return {'missing'} end
+local sealing = ARGV[6] == '1'
+if sealing and (redis.call('GET', KEYS[5]) or '') ~= ARGV[7] then return {'raced'} end
 local cur = redis.call('GET', KEYS[2])
-if cur == ARGV[1] then return {'noop', cur} end
+if cur == ARGV[1] then
+    if not sealing then return {'noop', cur} end
+    redis.call('SET', KEYS[5], ARGV[8])
+    local sid = redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[5], '*',
+        'kb', ARGV[3], 'version', ARGV[1], 'previous', cur, 'action', 'seal', 'ts', ARGV[2])
+    return {'sealed', ARGV[1], cur, sid}
+end
 if not cur then cur = '' end
 redis.call('SET', KEYS[2], ARGV[1])
+if sealing then redis.call('SET', KEYS[5], ARGV[8]) end
 redis.call('LPUSH', KEYS[3], ARGV[1])
 redis.call('LTRIM', KEYS[3], 0, tonumber(ARGV[4]) - 1)
 local id = redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[5], '*',
@@ -62,12 +82,18 @@ return {'ok', ARGV[1], cur, id}
 
 # Rollback: pop the history down to the first entry that differs from the active one and
 # point at it. Equal neighbours are skipped because a history written by an older gc may
-# hold some (``_store.previous_in`` is the same rule in Python).
-# KEYS[1..4] as for PROMOTE_LUA
+# hold some (``_store.previous_in`` is the same rule in Python). With a key the caller
+# read the history and the seal, signed a seal for the version it expects to return to,
+# and the script applies it only if both are unchanged ('raced' otherwise).
+# KEYS[1..5] as for PROMOTE_LUA
 # ARGV[1] unix time of the change, seconds as text
 # ARGV[2] KB id (copied into the event)
 # ARGV[3] approximate stream length kept
-# Returns {'nohistory'} | {'missing', prev} | {'ok', version, previous, event_id}
+# ARGV[4] '1' to seal, '0' to leave the seal alone (no key)
+# ARGV[5] the seal the caller read ('' for none)
+# ARGV[6] the version the caller expects to return to
+# ARGV[7] the new seal
+# Returns {'nohistory'} | {'missing', prev} | {'raced'} | {'ok', version, previous, event_id}
 ROLLBACK_LUA = """
 local cur = redis.call('LINDEX', KEYS[3], 0)
 local n = 1
@@ -78,6 +104,13 @@ while prev and prev == cur do
 end
 if not prev then return {'nohistory'} end
 if not redis.call('ZSCORE', KEYS[1], prev) then return {'missing', prev} end
+local sealing = ARGV[4] == '1'
+if sealing then
+    if (redis.call('GET', KEYS[5]) or '') ~= ARGV[5] or prev ~= ARGV[6] then
+        return {'raced'}
+    end
+    redis.call('SET', KEYS[5], ARGV[7])
+end
 redis.call('LTRIM', KEYS[3], n, -1)
 redis.call('SET', KEYS[2], prev)
 local id = redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[3], '*',
@@ -147,6 +180,9 @@ class Keys:
     def history(self, kb: str) -> str:
         return f"{self.kb(kb)}:history"
 
+    def seal(self, kb: str) -> str:
+        return f"{self.kb(kb)}:seal"
+
     def events(self, kb: str) -> str:
         return f"{self.kb(kb)}:events"
 
@@ -164,8 +200,14 @@ class Keys:
         return f"{self.kb(kb)}:v:{version}:chunk:"
 
     def pointer_keys(self, kb: str) -> list[str]:
-        """KEYS[1..4] of the promote and rollback scripts."""
-        return [self.versions(kb), self.active(kb), self.history(kb), self.events(kb)]
+        """KEYS[1..5] of the promote and rollback scripts."""
+        return [
+            self.versions(kb),
+            self.active(kb),
+            self.history(kb),
+            self.events(kb),
+            self.seal(kb),
+        ]
 
     def kb_from_events_key(self, key: str) -> str:
         return key[len(self.prefix) + len(":kb:") : -len(":events")]

@@ -9,6 +9,10 @@ replayable event log of pointer changes.
 active version returns to the one before; a second rollback walks one further back.
 ``gc`` removes deleted versions from the history and collapses the equal neighbours that
 this can leave (``B A B`` without ``A`` is ``B``), so every rollback changes the version.
+
+With a signing key, promote and rollback also seal the pointer (:mod:`model_store._seal`),
+and ``active_pointer`` returns the active version only when its seal holds; ``active``
+reads the pointer as it is, for listings.
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from model_store._artifact import Artifact, decode
 from model_store._errors import ArtifactCorrupt, InvalidName
 from model_store._npz import max_npz_bytes
+from model_store._seal import ActivePointer
 
-Action = Literal["promote", "rollback"]
+Action = Literal["promote", "rollback", "seal"]
 
 # KB ids end up in Redis keys and directory names: keep them plain.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
@@ -167,7 +172,8 @@ class StoreEvent:
         The KB and the version that became active.
     previous : str or None
         The version that was active before.
-    action : {"promote", "rollback"}
+    action : {"promote", "rollback", "seal"}
+        ``seal``: the active version stayed and a key holder sealed it anew.
     ts : float
         Unix time (seconds) of the change.
     """
@@ -228,7 +234,14 @@ class ModelStore(Protocol):
 
     def kbs(self) -> list[str]: ...
 
-    def active(self, kb: str) -> str | None: ...
+    def active(self, kb: str) -> str | None:
+        """The version the pointer names, sealed or not."""
+        ...
+
+    def active_pointer(self, kb: str) -> ActivePointer | None:
+        """The active version with its seal checked when a key is configured (else
+        :class:`~model_store.PointerUnsealed`); None when no version is active."""
+        ...
 
     def previous(self, kb: str) -> str | None: ...
 
@@ -237,7 +250,10 @@ class ModelStore(Protocol):
         ...
 
     def promote(self, kb: str, version: str) -> StoreEvent | None:
-        """Make ``version`` active; ``None`` when it already was (nothing changes)."""
+        """Make ``version`` active; ``None`` when it already was (nothing changes).
+
+        With a key, promoting the active version whose seal does not hold seals it
+        anew (an event with action ``seal``)."""
         ...
 
     def rollback(self, kb: str) -> StoreEvent:
@@ -264,6 +280,11 @@ class AsyncModelStore(Protocol):
     ) -> Artifact: ...
 
     async def active(self, kb: str) -> str | None: ...
+
+    async def active_pointer(self, kb: str) -> ActivePointer | None:
+        """As :meth:`ModelStore.active_pointer`; a long-lived store also refuses a seal
+        older than one it returned before (a replayed pointer)."""
+        ...
 
     async def previous(self, kb: str) -> str | None: ...
 

@@ -211,7 +211,10 @@ def check_command(**opts: Any) -> None:
     if opts["promote"] and report["passed"]:
         with _open(store_dir, redis_url, create=False) as store:
             moved = store.promote(model.kb, version)
-        click.echo(f"{'promoted' if moved else 'already active:'} {model.kb}/{version}")
+        done = "promoted" if moved else "already active:"
+        if moved is not None and moved.action == "seal":
+            done = "already active, pointer sealed:"
+        click.echo(f"{done} {model.kb}/{version}")
     elif opts["promote"]:
         click.echo(f"not promoted: {model.kb}/{version} failed a gate; the active version stays")
     report["promoted"] = bool(opts["promote"] and report["passed"])

@@ -229,6 +229,22 @@ def list_command(
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
+def _seal_state(store: ModelStore, kb: str) -> str:
+    """Whether the active pointer's seal holds under the configured signing key."""
+    from model_store import PointerUnsealed
+
+    if getattr(store, "hmac_key", None) is None:
+        return "- (no signing key configured: the pointer is not checked)"
+    try:
+        pointer = store.active_pointer(kb)
+    except PointerUnsealed as exc:
+        return (
+            f"NOT VALID: {exc}; workers refuse this pointer and keep their model (if the "
+            f"version is right, `sidecar models promote {kb} active` seals it)"
+        )
+    return f"valid (seq {pointer.seq if pointer is not None else '-'})"
+
+
 @models.command("show")
 @click.argument("kb")
 @click.argument("version", required=False)
@@ -252,6 +268,7 @@ def show_command(
             click.echo(f"active:   {active or '-'}")
             click.echo(f"previous: {previous or '-'}")
             click.echo(f"versions: {n_versions}")
+            click.echo(f"seal:     {_seal_state(store, kb) if active else '-'}")
             click.echo(f"history:  {' <- '.join(history) or '-'}")
             click.echo("events:")
             for e in events:
@@ -296,6 +313,8 @@ def promote_command(
         event = store.promote(kb, v)
     if event is None:
         click.echo(f"{kb}: {v} is already active")
+    elif event.action == "seal":
+        click.echo(f"{kb}: {v} is already active; sealed its pointer with the signing key")
     else:
         click.echo(f"{kb}: promoted {event.previous or '-'} -> {event.version}")
 
@@ -391,7 +410,15 @@ def import_command(
     with _opened(settings, create=True) as store:
         version = store.put(artifact)
         event = store.promote(artifact.kb, version) if promote else None
-    done = " and promoted it" if event else " (already active)" if promote else ""
+    done = (
+        " (already active; sealed its pointer)"
+        if event is not None and event.action == "seal"
+        else " and promoted it"
+        if event
+        else " (already active)"
+        if promote
+        else ""
+    )
     click.echo(f"imported {artifact.kb}/{version}{done}")
 
 

@@ -19,6 +19,7 @@ from model_store import (
     ArtifactNotFound,
     ArtifactRejected,
     AsyncModelStore,
+    PointerUnsealed,
     StoreUnavailable,
 )
 from sidecar.hotswap._holder import LoadedModel, ModelHolder
@@ -137,7 +138,13 @@ class ModelWatcher:
     # -- internals ------------------------------------------------------------------------
 
     async def _sync_kb(self, kb: str) -> None:
-        active = await self.store.active(kb)
+        try:
+            pointer = await self.store.active_pointer(kb)
+        except PointerUnsealed as exc:
+            # Not moved by a key holder (or replayed): the version it names is not used.
+            await self._refuse_pointer(kb, exc)
+            return
+        active = pointer.version if pointer is not None else None
         self.holder.note_store_active(kb, active)
         current = self.holder.get(kb)
         if active is None or (current is not None and current.version == active):
@@ -182,6 +189,16 @@ class ModelWatcher:
         log.info(
             "KB %s: loaded version %s in %.0f ms", kb, active, (time.perf_counter() - t0) * 1000
         )
+
+    async def _refuse_pointer(self, kb: str, exc: PointerUnsealed) -> None:
+        named = await self.store.active(kb)
+        self.holder.note_store_active(kb, named)
+        marker = f"unsealed:{named}:{exc}"
+        if self._rejected.get(kb) == marker:
+            return  # said once; a key holder's next move comes with an event
+        self.holder.record_failure(kb, named or "-", f"PointerUnsealed: {exc}")
+        self._rejected[kb] = marker
+        log.error("KB %s: refused the active pointer, keeping the current model: %s", kb, exc)
 
     def _refuse(self, kb: str, version: str, reason: str) -> None:
         self._rejected[kb] = version

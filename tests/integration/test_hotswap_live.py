@@ -227,22 +227,36 @@ async def test_rejected_version_keeps_the_old_model(
     assert r.holder.status()[KB]["last_error"] is None
 
 
-async def test_unsigned_version_refused_when_a_key_is_set(
+async def test_with_a_key_only_sealed_pointers_to_signed_versions_are_served(
     redis_server: EmbeddedRedis, artifacts: dict[str, Artifact], run_watcher: Callable[..., Any]
 ) -> None:
+    """A writer without the key can move the pointer but not seal it: the worker keeps
+    its model, whether the version named is unsigned or a signed candidate that was never
+    promoted. A key holder's pointer to an unsigned version is refused by its signature."""
     signer = RedisStore(redis_server.url, prefix="hs", hmac_key=b"secret")
     intruder = RedisStore(redis_server.url, prefix="hs")
-    a = signer.put(artifacts["A"])
+    a, candidate = signer.put(artifacts["A"]), signer.put(artifacts["C"])
     signer.promote(KB, a)
     stores = Stores(
         signer, lambda: AsyncRedisStore(redis_server.url, prefix="hs", hmac_key=b"secret")
     )
     r: Running = await run_watcher(stores)
     assert _version(r.holder) == a
-    intruder.promote(KB, intruder.put(artifacts["B"]))
+    unsigned = intruder.put(artifacts["B"])
+    intruder.promote(KB, unsigned)
     await r.wait_failures(1)
     assert _version(r.holder) == a
+    assert "PointerUnsealed" in r.holder.status()[KB]["last_error"]
+    intruder.promote(KB, candidate)  # signed, but no key holder put it in service
+    await r.wait_failures(2)
+    assert _version(r.holder) == a
+    assert r.holder.status()[KB]["last_error"].startswith(candidate)
+    signer.promote(KB, unsigned)  # sealed, but the version itself is not signed
+    await r.wait_failures(3)
+    assert _version(r.holder) == a
     assert "SignatureInvalid" in r.holder.status()[KB]["last_error"]
+    signer.promote(KB, candidate)
+    await r.wait_version(candidate)
     signer.close(), intruder.close()
 
 

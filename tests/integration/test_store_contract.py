@@ -15,14 +15,17 @@ import numpy as np
 import pytest
 
 from model_store import (
+    ActivePointer,
     Artifact,
     ArtifactCorrupt,
     ArtifactNotFound,
+    AsyncDirectoryStore,
     AsyncRedisStore,
     DirectoryStore,
     IncompatibleArtifact,
     InvalidName,
     ModelStore,
+    PointerUnsealed,
     RedisStore,
     SignatureInvalid,
     build_artifact,
@@ -339,8 +342,12 @@ def test_hmac_signed_on_put_and_required_on_get(make_store: StoreFactory) -> Non
         signer.get(KB, unsigned)
 
 
-def test_racing_promoters_leave_one_consistent_history(make_store: StoreFactory) -> None:
-    setup = make_store()
+@pytest.mark.parametrize("key", [None, b"k1"], ids=["unsigned", "sealed"])
+def test_racing_promoters_leave_one_consistent_history(
+    make_store: StoreFactory, key: bytes | None
+) -> None:
+    """With a key every promoter also seals: the seal that wins is the last move's."""
+    setup = make_store(hmac_key=key)
     versions = [setup.put(make_artifact(s)) for s in range(4)]
     n_threads, rounds = 4, 25
     barrier = threading.Barrier(n_threads)
@@ -348,7 +355,7 @@ def test_racing_promoters_leave_one_consistent_history(make_store: StoreFactory)
     errors: list[BaseException] = []
 
     def promoter(i: int) -> None:
-        store = make_store()  # its own connection / lock file handle
+        store = make_store(hmac_key=key)  # its own connection / lock file handle
         try:
             barrier.wait()
             for r in range(rounds):
@@ -373,6 +380,9 @@ def test_racing_promoters_leave_one_consistent_history(make_store: StoreFactory)
     assert setup.active(KB) == events[-1].version
     history = setup.history(KB)
     assert history == [e.version for e in reversed(events)][: len(history)]
+    pointer = setup.active_pointer(KB)
+    assert pointer is not None and pointer.version == events[-1].version
+    assert (pointer.seq is None) == (key is None)
 
 
 def write_history(store: ModelStore, kb: str, history: list[str]) -> None:
@@ -544,3 +554,102 @@ async def test_async_redis_previous_skips_duplicates(redis_server: EmbeddedRedis
     finally:
         await reader.close()
         store.close()
+
+
+def pointer_state(store: ModelStore) -> Any:
+    """The pointer as stored (version and seal), as a writer could copy it."""
+    if isinstance(store, RedisStore):
+        return [store.client.get(k) for k in (store.keys.active(KB), store.keys.seal(KB))]
+    assert isinstance(store, DirectoryStore)
+    return (store.root / KB / "state.json").read_bytes()
+
+
+def put_pointer_state(store: ModelStore, state: Any) -> None:
+    if isinstance(store, RedisStore):
+        store.client.set(store.keys.active(KB), state[0])
+        store.client.set(store.keys.seal(KB), state[1])
+    else:
+        assert isinstance(store, DirectoryStore)
+        (store.root / KB / "state.json").write_bytes(state)
+
+
+def break_seal(store: ModelStore) -> None:
+    """Overwrite the pointer's seal with bytes that are not one (in Redis, not even text)."""
+    if isinstance(store, RedisStore):
+        store.client.set(store.keys.seal(KB), b"\xff{")
+    else:
+        state = json.loads(pointer_state(store))
+        put_pointer_state(store, json.dumps({**state, "seal": "{"}).encode())
+
+
+def test_a_signing_key_seals_every_pointer_move(make_store: StoreFactory) -> None:
+    signer = make_store(hmac_key=b"k1")
+    v1, v2 = signer.put(make_artifact(1)), signer.put(make_artifact(2))
+    assert signer.active_pointer(KB) is None
+    signer.promote(KB, v1)
+    p1 = signer.active_pointer(KB)
+    assert p1 is not None and p1.version == v1 and p1.seq is not None
+    signer.promote(KB, v2)
+    p2 = signer.active_pointer(KB)
+    assert p2 is not None and p2.version == v2 and p2.seq is not None and p2.seq > p1.seq
+    assert signer.rollback(KB).version == v1
+    p3 = signer.active_pointer(KB)
+    assert p3 is not None and p3.version == v1 and p3.seq is not None and p3.seq > p2.seq
+    assert signer.promote(KB, v1) is None  # active and sealed: nothing to do
+    assert signer.active_pointer(KB) == p3
+    # Without a key the pointer is taken as it is; under another key the seal fails.
+    assert make_store().active_pointer(KB) == ActivePointer(v1)
+    with pytest.raises(PointerUnsealed, match="does not match the signing key"):
+        make_store(hmac_key=b"other").active_pointer(KB)
+
+
+def test_a_pointer_moved_without_the_key_is_refused_until_a_key_holder_seals_it(
+    make_store: StoreFactory,
+) -> None:
+    signer, intruder = make_store(hmac_key=b"k1"), make_store()
+    v1, v2 = signer.put(make_artifact(1)), signer.put(make_artifact(2))
+    signer.promote(KB, v1)
+    sealed = signer.active_pointer(KB)
+    assert intruder.promote(KB, v2) is not None  # it can move the pointer ...
+    assert signer.active(KB) == v2
+    with pytest.raises(PointerUnsealed, match=f"names {v2} but its seal"):
+        signer.active_pointer(KB)  # ... but not seal it
+    break_seal(signer)
+    with pytest.raises(PointerUnsealed, match="not JSON"):
+        signer.active_pointer(KB)
+    event = signer.promote(KB, v2)  # a key holder vouches for the version in service
+    assert event is not None and event.action == "seal" and event.version == v2
+    resealed = signer.active_pointer(KB)
+    assert resealed is not None and resealed.version == v2
+    assert sealed is not None and resealed.seq is not None and resealed.seq > sealed.seq  # type: ignore[operator]
+    assert [e.action for e in signer.events(KB)][-1] == "seal"
+
+
+async def test_a_running_reader_refuses_a_replayed_pointer(make_store: StoreFactory) -> None:
+    """A pointer state copied back from before (a valid seal of an older move) does not
+    move a reader that already accepted a newer one; a reader that starts afresh cannot
+    tell, and gets a version a key holder once made active."""
+    signer = make_store(hmac_key=b"k1")
+    v1, v2 = signer.put(make_artifact(1)), signer.put(make_artifact(2))
+    signer.promote(KB, v1)
+    old = pointer_state(signer)
+    signer.promote(KB, v2)
+
+    def reader() -> Any:
+        if isinstance(signer, RedisStore):
+            return AsyncRedisStore(signer.url, prefix="t", hmac_key=b"k1")
+        assert isinstance(signer, DirectoryStore)
+        return AsyncDirectoryStore(DirectoryStore(signer.root, hmac_key=b"k1"))
+
+    running, fresh = reader(), reader()
+    try:
+        now = await running.active_pointer(KB)
+        assert now is not None and now.version == v2
+        put_pointer_state(signer, old)
+        with pytest.raises(PointerUnsealed, match="replayed"):
+            await running.active_pointer(KB)
+        replayed = await fresh.active_pointer(KB)
+        assert replayed is not None and replayed.version == v1
+    finally:
+        await running.close()
+        await fresh.close()

@@ -11,9 +11,11 @@ import pytest
 
 import sidecar.hotswap as hotswap
 from model_store import (
+    ActivePointer,
     Artifact,
     ArtifactNotFound,
     ModelStoreError,
+    PointerUnsealed,
     StoreEvent,
     StoreUnavailable,
     build_artifact,
@@ -59,6 +61,7 @@ class FakeStore:
         self.log: list[StoreEvent] = []
         self.down = False
         self.refusing: Exception | None = None  # raised by every call while set
+        self.unsealed: PointerUnsealed | None = None  # raised by active_pointer while set
         self.gets = 0
         self._new = asyncio.Event()
 
@@ -87,6 +90,13 @@ class FakeStore:
     async def active(self, kb: str) -> str | None:
         self._check()
         return self.pointer.get(kb)
+
+    async def active_pointer(self, kb: str) -> ActivePointer | None:
+        self._check()
+        if self.unsealed is not None:
+            raise self.unsealed
+        version = await self.active(kb)
+        return ActivePointer(version) if version is not None else None
 
     async def previous(self, kb: str) -> str | None:
         return None
@@ -183,6 +193,34 @@ async def test_watcher_loads_swaps_and_refuses_broken_models() -> None:
         store.promote(a)  # back to the previous model: no fetch
         await holder.wait_for(lambda h: h.get("kb").version == a.version, 5)  # type: ignore[union-attr]
         assert store.gets == gets
+    finally:
+        await w.stop()
+
+
+async def test_watcher_keeps_its_model_while_the_pointer_is_unsealed() -> None:
+    """A pointer the store refuses (no valid seal under the key, or a replayed one): the
+    version it names is neither fetched nor installed, the refusal shows in the status
+    once, and the key holder's next move (with its event) is taken."""
+    store, holder = FakeStore(), ModelHolder(["kb"])
+    a, b = artifact(1), artifact(2)
+    store.promote(a)
+    w = watcher(store, holder)
+    await w.start()
+    try:
+        assert holder.get("kb").version == a.version  # type: ignore[union-attr]
+        store.unsealed = PointerUnsealed("KB 'kb': the seal does not match the signing key")
+        gets = store.gets
+        store.promote(b)  # a writer without the key moved the pointer
+        await holder.wait_for(lambda h: h.status()["kb"]["load_failures"] == 1, 5)
+        assert holder.get("kb").version == a.version  # type: ignore[union-attr]
+        assert store.gets == gets  # the unsealed version was never fetched
+        error = holder.status()["kb"]["last_error"]
+        assert error.startswith(b.version) and "PointerUnsealed" in error
+        await w.sync()  # the poll finds the same refusal: not counted again
+        assert holder.status()["kb"]["load_failures"] == 1
+        store.unsealed = None
+        store.promote(b)  # sealed by a key holder
+        await holder.wait_for(lambda h: h.get("kb").version == b.version, 5)  # type: ignore[union-attr]
     finally:
         await w.stop()
 

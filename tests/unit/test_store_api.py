@@ -26,6 +26,7 @@ from model_store._store import check_kb, check_version, verified_artifact
 def test_public_names_are_pinned() -> None:
     assert model_store.__all__ == [
         "SCHEMA_VERSION",
+        "ActivePointer",
         "Artifact",
         "ArtifactCorrupt",
         "ArtifactNotFound",
@@ -38,6 +39,7 @@ def test_public_names_are_pinned() -> None:
         "InvalidName",
         "ModelStore",
         "ModelStoreError",
+        "PointerUnsealed",
         "RedisStore",
         "SignatureInvalid",
         "StoreAccessDenied",

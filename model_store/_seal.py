@@ -1,0 +1,147 @@
+"""Sealed active pointers: which version is in service, signed like the versions are.
+
+A manifest's HMAC says who built a version, not who made it active. With a signing key
+configured, every pointer move (promote, rollback) also writes a *seal*: canonical JSON
+``{"kb", "version", "seq", "sig"}`` with ``sig = HMAC-SHA256(key, domain | kb | version |
+seq)``. A reader with the key accepts the pointer only when the seal names the KB and the
+version the pointer names and its signature is right, so whoever can write the store but
+lacks the key cannot put a stored version into service (a candidate that failed its
+release gate, an old model), only break the pointer, which readers then refuse.
+
+``seq`` grows with every sealed move (:func:`next_seq`): one more than the current valid
+seal's, and at least the writer's clock in microseconds, so that a move after a seal was
+destroyed still outranks every seal made before it. A long-lived reader remembers the
+highest ``seq`` it accepted per KB and refuses a lower one: a seal copied back from an
+earlier state (a replay) does not move a running worker. A reader that starts afresh
+cannot tell a replayed seal from the newest; it still gets only a version that a key
+holder once made active.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+from dataclasses import dataclass
+
+from model_store._errors import PointerUnsealed
+
+# Separates pointer seals from any other HMAC made with the same key (manifests).
+_DOMAIN = "ood-sidecar active-pointer seal v1"
+# A seal is a few hundred bytes; anything longer is not one.
+_SEAL_MAX_BYTES = 4096
+# How often a writer signs again when another writer moved the pointer in between.
+SEAL_TRIES = 8
+
+
+@dataclass(frozen=True)
+class ActivePointer:
+    """A KB's active version as a reader may use it.
+
+    ``seq`` is the sequence number of its seal, or None where the store has no signing
+    key (the pointer is then taken as it is).
+    """
+
+    version: str
+    seq: int | None = None
+
+
+def _sig(key: bytes, kb: str, version: str, seq: int) -> str:
+    msg = "\n".join((_DOMAIN, kb, version, str(seq))).encode()
+    return hmac.new(key, msg, hashlib.sha256).hexdigest()
+
+
+def make_seal(key: bytes, kb: str, version: str, seq: int) -> str:
+    """The seal of ``kb``'s pointer at ``version``, as stored (canonical JSON text)."""
+    body = {"kb": kb, "version": version, "seq": seq, "sig": _sig(key, kb, version, seq)}
+    return json.dumps(body, sort_keys=True, separators=(",", ":"))
+
+
+def _parse(raw: str | bytes) -> dict[str, object]:
+    if len(raw) > _SEAL_MAX_BYTES:
+        raise PointerUnsealed("the seal is not a seal (too long)")
+    try:
+        seal = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise PointerUnsealed("the seal is not JSON") from exc
+    if not isinstance(seal, dict):
+        raise PointerUnsealed("the seal is not a JSON object")
+    return seal
+
+
+def seal_seq(key: bytes, raw: str | bytes | None, kb: str, version: str) -> int:
+    """The ``seq`` of seal ``raw`` when it seals ``kb``'s pointer at ``version`` under
+    ``key``; else :class:`PointerUnsealed`, saying what is wrong."""
+    if raw is None or raw in ("", b""):
+        raise PointerUnsealed(f"KB {kb!r}: the active pointer ({version}) carries no seal")
+    seal = _parse(raw)
+    seq, sig = seal.get("seq"), seal.get("sig")
+    if seal.get("kb") != kb or seal.get("version") != version:
+        raise PointerUnsealed(
+            f"KB {kb!r}: the active pointer names {version} but its seal "
+            f"{seal.get('kb')!r}/{seal.get('version')!r}"
+        )
+    # bool is an int; a seq that is not a plain non-negative int was not written here
+    if type(seq) is not int or seq < 0 or not isinstance(sig, str) or not sig.isascii():
+        raise PointerUnsealed(f"KB {kb!r}: the seal of {version} is malformed")
+    if not hmac.compare_digest(sig, _sig(key, kb, version, seq)):
+        raise PointerUnsealed(
+            f"KB {kb!r}: the seal of {version} does not match the signing key (the pointer "
+            "was moved by a writer without the key, or the key differs)"
+        )
+    return seq
+
+
+def seal_holds(key: bytes, raw: str | bytes | None, kb: str, version: str) -> bool:
+    """Whether ``raw`` seals ``kb``'s pointer at ``version`` under ``key``."""
+    try:
+        seal_seq(key, raw, kb, version)
+    except PointerUnsealed:
+        return False
+    return True
+
+
+def next_seq(key: bytes, raw: str | bytes | None, kb: str, version: str | None) -> int:
+    """``seq`` of the next seal of ``kb``: past the current seal ``raw`` (of the pointer at
+    ``version``) when that one is valid, and never below the clock in microseconds."""
+    now_us = time.time_ns() // 1000
+    if version is None:
+        return now_us
+    try:
+        return max(seal_seq(key, raw, kb, version) + 1, now_us)
+    except PointerUnsealed:
+        return now_us
+
+
+def verified_pointer(
+    key: bytes | None, kb: str, version: str | None, raw: str | bytes | None
+) -> ActivePointer | None:
+    """The pointer ``version`` of ``kb`` checked against its seal ``raw`` when a ``key``
+    is configured (:class:`PointerUnsealed` when it does not hold); None when no version
+    is active."""
+    if version is None:
+        return None
+    if key is None:
+        return ActivePointer(version)
+    return ActivePointer(version, seal_seq(key, raw, kb, version))
+
+
+class SeqGuard:
+    """The highest seal ``seq`` accepted per KB, for a long-lived reader: a lower one is a
+    pointer state copied back from before (:class:`PointerUnsealed`)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, int] = {}
+
+    def check(self, kb: str, pointer: ActivePointer | None) -> ActivePointer | None:
+        if pointer is None or pointer.seq is None:
+            return pointer
+        seen = self._seen.get(kb, -1)
+        if pointer.seq < seen:
+            raise PointerUnsealed(
+                f"KB {kb!r}: the seal of {pointer.version} is older than one this reader "
+                f"already accepted (seq {pointer.seq} < {seen}): a replayed pointer"
+            )
+        self._seen[kb] = pointer.seq
+        return pointer

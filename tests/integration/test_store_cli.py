@@ -362,3 +362,34 @@ def test_gc_of_a_kb_whose_first_put_was_killed_clears_it(tmp_path: Path) -> None
     assert not stale.exists()
     result = CliRunner().invoke(main, ["models", "gc", "demo", *where])  # now nothing there
     assert result.exit_code == 2 and "has no versions in this store" in result.output
+
+
+def test_an_unsealed_pointer_is_shown_and_resealed_by_promoting_active(
+    tmp_path: Path, where: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store whose pointer was moved before pointers were sealed (an earlier release):
+    `models show` says the seal does not hold and how to fix it; `models promote KB
+    active` seals the version in service, and a second time changes nothing."""
+    d0, d1 = _artifact_dirs(tmp_path, 2)
+    run("models", "import", str(d0), "--promote", *where)
+    assert "seal:     - (no signing key" in run("models", "show", "demo", *where)
+    monkeypatch.setenv("SIDECAR_STORE__HMAC_KEY", "s3cret")
+    run("models", "import", str(d1), "--allow-unsigned", "--promote", *where)
+    store: ModelStore
+    if where[0] == "--redis-url":
+        store = RedisStore(where[1], hmac_key=b"s3cret")
+        store.client.delete(store.keys.seal("demo"))
+    else:
+        store = DirectoryStore(Path(where[1]), hmac_key=b"s3cret")
+        state_file = Path(where[1]) / "demo" / "state.json"
+        state = json.loads(state_file.read_text())
+        state_file.write_text(json.dumps({k: v for k, v in state.items() if k != "seal"}))
+    shown = run("models", "show", "demo", *where)
+    assert "seal:     NOT VALID" in shown and "carries no seal" in shown
+    assert "`sidecar models promote demo active` seals it" in shown
+    assert "sealed its pointer" in run("models", "promote", "demo", "active", *where)
+    assert "seal:     valid (seq" in run("models", "show", "demo", *where)
+    assert "is already active" in run("models", "promote", "demo", "active", *where)
+    pointer = store.active_pointer("demo")
+    assert pointer is not None and pointer.seq is not None
+    store.close()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import redis
@@ -261,65 +261,70 @@ class RedisStore:
         active, history, seal = pipe.execute()
         return opt_text(active), [text(v) for v in history], seal or b""
 
+    def _move(self, kb: str, script: Any, args: Callable[[], list[Any] | None]) -> Any:
+        """Run a pointer ``script`` with ``args()``, read afresh (and signed again) while
+        other writers move the pointer under it; None when ``args()`` finds nothing to do."""
+        for _ in range(SEAL_TRIES):
+            with translate_errors(self.url):
+                argv = args()
+                if argv is None:
+                    return None
+                reply = script(keys=self.keys.pointer_keys(kb), args=argv)
+            if text(reply[0]) != "raced":
+                return reply
+        raise StoreUnavailable(f"KB {kb!r}: the pointer kept moving under other writers")
+
     def promote(self, kb: str, version: str) -> StoreEvent | None:
         check_kb(kb), check_version(version)
-        for _ in range(SEAL_TRIES):
-            ts = time.time()
-            with translate_errors(self.url):
-                seal_args: list[str | bytes] = ["0", "", ""]
-                if self.hmac_key is not None:
-                    active, _, seal = self._pointer_and_seal(kb)
-                    if active == version and seal_holds(self.hmac_key, seal, kb, version):
-                        return None
-                    seq = next_seq(self.hmac_key, seal, kb, active)
-                    seal_args = ["1", seal, make_seal(self.hmac_key, kb, version, seq)]
-                reply = self._promote(
-                    keys=self.keys.pointer_keys(kb),
-                    args=[version, repr(ts), kb, HISTORY_MAX, EVENTS_MAX, *seal_args],
-                )
-            status = text(reply[0])
-            if status == "raced":
-                continue
-            if status == "missing":
-                raise ArtifactNotFound(f"KB {kb!r} has no version {version!r} to promote")
-            if status == "noop":
-                return None
-            if status == "sealed":
-                event = script_event(reply, kb, "seal", ts)
-                log.info("sealed the active pointer of KB %s at %s", kb, version)
-                return event
-            event = script_event(reply, kb, "promote", ts)
-            log.info("promoted KB %s to %s (was %s)", kb, version, event.previous)
+        ts = time.time()
+
+        def args() -> list[Any] | None:
+            seal_args: list[str | bytes] = ["0", "", ""]
+            if self.hmac_key is not None:
+                active, _, seal = self._pointer_and_seal(kb)
+                if active == version and seal_holds(self.hmac_key, seal, kb, version):
+                    return None  # in service and sealed: nothing to do
+                seq = next_seq(self.hmac_key, seal, kb, active)
+                seal_args = ["1", seal, make_seal(self.hmac_key, kb, version, seq)]
+            return [version, repr(ts), kb, HISTORY_MAX, EVENTS_MAX, *seal_args]
+
+        reply = self._move(kb, self._promote, args)
+        status = text(reply[0]) if reply is not None else "noop"
+        if status == "missing":
+            raise ArtifactNotFound(f"KB {kb!r} has no version {version!r} to promote")
+        if status == "noop":
+            return None
+        if status == "sealed":
+            event = script_event(reply, kb, "seal", ts)
+            log.info("sealed the active pointer of KB %s at %s", kb, version)
             return event
-        raise StoreUnavailable(f"KB {kb!r}: the pointer kept moving under other writers")
+        event = script_event(reply, kb, "promote", ts)
+        log.info("promoted KB %s to %s (was %s)", kb, version, event.previous)
+        return event
 
     def rollback(self, kb: str) -> StoreEvent:
         check_kb(kb)
-        for _ in range(SEAL_TRIES):
-            ts = time.time()
-            with translate_errors(self.url):
-                seal_args: list[str | bytes] = ["0", "", "", ""]
-                if self.hmac_key is not None:
-                    active, history, seal = self._pointer_and_seal(kb)
-                    target = previous_in(history)
-                    if target is not None:
-                        seq = next_seq(self.hmac_key, seal, kb, active)
-                        new_seal = make_seal(self.hmac_key, kb, target, seq)
-                        seal_args = ["1", seal, target, new_seal]
-                reply = self._rollback(
-                    keys=self.keys.pointer_keys(kb), args=[repr(ts), kb, EVENTS_MAX, *seal_args]
-                )
-            status = text(reply[0])
-            if status == "raced":
-                continue
-            if status == "nohistory":
-                raise ArtifactNotFound(f"KB {kb!r} has no previous version to roll back to")
-            if status == "missing":
-                raise ArtifactNotFound(f"KB {kb!r}: previous version {text(reply[1])} is gone")
-            event = script_event(reply, kb, "rollback", ts)
-            log.info("rolled KB %s back to %s (was %s)", kb, event.version, event.previous)
-            return event
-        raise StoreUnavailable(f"KB {kb!r}: the pointer kept moving under other writers")
+        ts = time.time()
+
+        def args() -> list[Any]:
+            seal_args: list[str | bytes] = ["0", "", "", ""]
+            if self.hmac_key is not None:
+                active, history, seal = self._pointer_and_seal(kb)
+                # with no target the script answers 'nohistory', or 'raced' if one came
+                target = previous_in(history) or ""
+                seq = next_seq(self.hmac_key, seal, kb, active)
+                seal_args = ["1", seal, target, make_seal(self.hmac_key, kb, target, seq)]
+            return [repr(ts), kb, EVENTS_MAX, *seal_args]
+
+        reply = self._move(kb, self._rollback, args)
+        status = text(reply[0])
+        if status == "nohistory":
+            raise ArtifactNotFound(f"KB {kb!r} has no previous version to roll back to")
+        if status == "missing":
+            raise ArtifactNotFound(f"KB {kb!r}: previous version {text(reply[1])} is gone")
+        event = script_event(reply, kb, "rollback", ts)
+        log.info("rolled KB %s back to %s (was %s)", kb, event.version, event.previous)
+        return event
 
     def events(self, kb: str, after: str | None = None) -> list[StoreEvent]:
         check_kb(kb)

@@ -5,7 +5,8 @@ Layout under ``root``::
     KB/versions/V/manifest.json    the (signed) manifest
     KB/versions/V/arrays.npz       the arrays
     KB/versions/V/meta.json        stored_at, size, sha256 of arrays.npz
-    KB/state.json                  {"active", "history" (newest first), "seq"}
+    KB/state.json                  {"active", "history" (newest first), "seq", "seal"
+                                   (with a signing key, see model_store._seal)}
     KB/events.jsonl                append-only event log, one JSON object per line
     KB/.lock                       flock'ed by every writer of the KB
 
@@ -41,7 +42,7 @@ from model_store._artifact import (
 from model_store._errors import ArtifactCorrupt, ArtifactNotFound, InvalidName, StoreUnavailable
 from model_store._files import TMP_PREFIX, sync_dir, write_atomic, write_synced
 from model_store._npz import max_npz_bytes
-from model_store._seal import ActivePointer, make_seal, next_seq, seal_holds, verified_pointer
+from model_store._seal import ActivePointer, make_seal, next_seq, verified_pointer
 from model_store._store import (
     HISTORY_MAX,
     StoreEvent,
@@ -121,7 +122,11 @@ class DirectoryStore:
             return {"active": None, "history": [], "seq": 0}
         except ValueError as exc:
             raise ArtifactCorrupt(f"{self._kb_dir(kb)}/state.json is unreadable") from exc
-        if not isinstance(state, dict) or not isinstance(state.get("history", []), list):
+        if (
+            not isinstance(state, dict)
+            or not isinstance(state.get("history", []), list)
+            or not isinstance(state.get("active"), str | None)
+        ):
             raise ArtifactCorrupt(f"{self._kb_dir(kb)}/state.json is not a store state")
         return state
 
@@ -267,7 +272,7 @@ class DirectoryStore:
     def _seal(self, state: dict[str, Any], kb: str, version: str) -> None:
         """Seal the pointer at ``version`` in ``state`` (with a key; under the KB's lock)."""
         if self.hmac_key is not None:
-            seq = next_seq(self.hmac_key, state.get("seal"), kb, state.get("active"))
+            seq = next_seq(self.hmac_key, state.get("seal"), kb)
             state["seal"] = make_seal(self.hmac_key, kb, version, seq)
 
     def promote(self, kb: str, version: str) -> StoreEvent | None:
@@ -280,10 +285,9 @@ class DirectoryStore:
             state = self._state(kb)
             current = state.get("active")
             if current == version:
-                if self.hmac_key is None or seal_holds(
-                    self.hmac_key, state.get("seal"), kb, version
-                ):
+                if self.hmac_key is None:
                     return None
+                # a key holder vouches again for the version in service: a newer seal
                 self._seal(state, kb, version)
                 event = self._append_event(d, state, kb, version, current, "seal")
                 log.info("sealed the active pointer of KB %s at %s", kb, version)

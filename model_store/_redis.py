@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import random
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -25,12 +26,13 @@ from model_store._errors import ArtifactCorrupt, ArtifactNotFound, StoreUnavaila
 from model_store._redis_common import (
     EVENTS_MAX,
     PROMOTE_LUA,
+    READ_POINTER_LUA,
     ROLLBACK_LUA,
     UNLIST_LUA,
     Keys,
     client_from_url,
+    loose_text,
     manifest_and_meta,
-    opt_text,
     parse_event,
     queue_manifest_and_meta,
     safe_url,
@@ -40,11 +42,11 @@ from model_store._redis_common import (
     translate_errors,
 )
 from model_store._seal import (
+    SEAL_MAX_BYTES,
     SEAL_TRIES,
     ActivePointer,
     make_seal,
     next_seq,
-    seal_holds,
     verified_pointer,
 )
 from model_store._store import (
@@ -120,6 +122,7 @@ class RedisStore:
         self._promote = self.client.register_script(PROMOTE_LUA)
         self._rollback = self.client.register_script(ROLLBACK_LUA)
         self._unlist = self.client.register_script(UNLIST_LUA)
+        self._read_pointer = self.client.register_script(READ_POINTER_LUA)
 
     def __repr__(self) -> str:
         return f"RedisStore({self.url!r}, prefix={self.keys.prefix!r})"
@@ -247,49 +250,45 @@ class RedisStore:
     def active_pointer(self, kb: str) -> ActivePointer | None:
         check_kb(kb)
         with translate_errors(self.url):
-            version, seal = self.client.mget(self.keys.active(kb), self.keys.seal(kb))
-        return verified_pointer(self.hmac_key, kb, opt_text(version), seal)
+            version, seal, _ = self._read_pointer(
+                keys=self.keys.seal_keys(kb), args=[SEAL_MAX_BYTES, "0"]
+            )
+        return verified_pointer(self.hmac_key, kb, loose_text(version), seal)
 
-    def _pointer_and_seal(self, kb: str) -> tuple[str | None, list[str], bytes]:
-        """The active version, the history and the seal's bytes (b'' for none), read
-        together; the seal stays bytes, for the script to compare whatever was written."""
-        k = self.keys
-        pipe = self.client.pipeline(transaction=True)
-        pipe.get(k.active(kb))
-        pipe.lrange(k.history(kb), 0, -1)
-        pipe.get(k.seal(kb))
-        active, history, seal = pipe.execute()
-        return opt_text(active), [text(v) for v in history], seal or b""
+    def _seal_read(self, kb: str) -> tuple[bytes | None, str]:
+        """The stored seal (its first bytes) and its hash, for a move's compare-and-set."""
+        _, seal, digest = self._read_pointer(
+            keys=self.keys.seal_keys(kb), args=[SEAL_MAX_BYTES, "1"]
+        )
+        return seal, text(digest)
 
-    def _move(self, kb: str, script: Any, args: Callable[[], list[Any] | None]) -> Any:
+    def _move(self, kb: str, script: Any, args: Callable[[], list[Any]]) -> Any:
         """Run a pointer ``script`` with ``args()``, read afresh (and signed again) while
-        other writers move the pointer under it; None when ``args()`` finds nothing to do."""
-        for _ in range(SEAL_TRIES):
+        other writers change the seal under it."""
+        for attempt in range(SEAL_TRIES):
             with translate_errors(self.url):
-                argv = args()
-                if argv is None:
-                    return None
-                reply = script(keys=self.keys.pointer_keys(kb), args=argv)
+                reply = script(keys=self.keys.pointer_keys(kb), args=args())
             if text(reply[0]) != "raced":
                 return reply
-        raise StoreUnavailable(f"KB {kb!r}: the pointer kept moving under other writers")
+            time.sleep(random.uniform(0, 0.01 * 2**attempt))
+        raise StoreUnavailable(
+            f"KB {kb!r}: the pointer's seal kept changing under other writers; nothing moved"
+        )
 
     def promote(self, kb: str, version: str) -> StoreEvent | None:
         check_kb(kb), check_version(version)
         ts = time.time()
 
-        def args() -> list[Any] | None:
-            seal_args: list[str | bytes] = ["0", "", ""]
+        def args() -> list[Any]:
+            seal_args = ["0", "", ""]
             if self.hmac_key is not None:
-                active, _, seal = self._pointer_and_seal(kb)
-                if active == version and seal_holds(self.hmac_key, seal, kb, version):
-                    return None  # in service and sealed: nothing to do
-                seq = next_seq(self.hmac_key, seal, kb, active)
-                seal_args = ["1", seal, make_seal(self.hmac_key, kb, version, seq)]
+                seal, digest = self._seal_read(kb)
+                seq = next_seq(self.hmac_key, seal, kb)
+                seal_args = ["1", digest, make_seal(self.hmac_key, kb, version, seq)]
             return [version, repr(ts), kb, HISTORY_MAX, EVENTS_MAX, *seal_args]
 
         reply = self._move(kb, self._promote, args)
-        status = text(reply[0]) if reply is not None else "noop"
+        status = text(reply[0])
         if status == "missing":
             raise ArtifactNotFound(f"KB {kb!r} has no version {version!r} to promote")
         if status == "noop":
@@ -307,13 +306,14 @@ class RedisStore:
         ts = time.time()
 
         def args() -> list[Any]:
-            seal_args: list[str | bytes] = ["0", "", "", ""]
+            seal_args = ["0", "", "", ""]
             if self.hmac_key is not None:
-                active, history, seal = self._pointer_and_seal(kb)
+                seal, digest = self._seal_read(kb)
+                rows = self.client.lrange(self.keys.history(kb), 0, -1)
                 # with no target the script answers 'nohistory', or 'raced' if one came
-                target = previous_in(history) or ""
-                seq = next_seq(self.hmac_key, seal, kb, active)
-                seal_args = ["1", seal, target, make_seal(self.hmac_key, kb, target, seq)]
+                target = previous_in([loose_text(v) or "" for v in rows]) or ""
+                seq = next_seq(self.hmac_key, seal, kb)
+                seal_args = ["1", digest, target, make_seal(self.hmac_key, kb, target, seq)]
             return [repr(ts), kb, EVENTS_MAX, *seal_args]
 
         reply = self._move(kb, self._rollback, args)

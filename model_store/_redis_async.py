@@ -18,17 +18,18 @@ from redis.backoff import ExponentialBackoff
 from model_store._artifact import Artifact, verify_manifest
 from model_store._errors import ArtifactCorrupt, ArtifactNotFound
 from model_store._redis_common import (
+    READ_POINTER_LUA,
     Keys,
     client_from_url,
+    loose_text,
     manifest_and_meta,
-    opt_text,
     parse_event,
     queue_manifest_and_meta,
     safe_url,
     text,
     translate_errors,
 )
-from model_store._seal import ActivePointer, SeqGuard, verified_pointer
+from model_store._seal import SEAL_MAX_BYTES, ActivePointer, SeqGuard, verified_pointer
 from model_store._store import (
     StoreEvent,
     check_chunk_lengths,
@@ -68,6 +69,7 @@ class AsyncRedisStore:
         if password:
             kwargs["password"] = password
         self.client: aioredis.Redis = client_from_url(aioredis.Redis.from_url, url, **kwargs)
+        self._read_pointer = self.client.register_script(READ_POINTER_LUA)
 
     def __repr__(self) -> str:
         return f"AsyncRedisStore({self.url!r}, prefix={self.keys.prefix!r})"
@@ -117,8 +119,11 @@ class AsyncRedisStore:
     async def active_pointer(self, kb: str) -> ActivePointer | None:
         check_kb(kb)
         with translate_errors(self.url):
-            version, seal = await self.client.mget(self.keys.active(kb), self.keys.seal(kb))
-        return self._seqs.check(kb, verified_pointer(self.hmac_key, kb, opt_text(version), seal))
+            version, seal, _ = await self._read_pointer(
+                keys=self.keys.seal_keys(kb), args=[SEAL_MAX_BYTES, "0"]
+            )
+        pointer = verified_pointer(self.hmac_key, kb, loose_text(version), seal)
+        return self._seqs.check(kb, pointer)
 
     async def previous(self, kb: str) -> str | None:
         check_kb(kb)

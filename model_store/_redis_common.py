@@ -37,12 +37,42 @@ from model_store._store import StoreEvent
 # Approximate number of events kept per KB stream (XADD MAXLEN ~).
 EVENTS_MAX = 10_000
 
+# A seal's hash for the compare-and-set of the writers below: '' when there is none or the
+# key holds another type (a writer without the key may store anything there; SET then
+# replaces it). The hash, not the value, travels back: a seal of any size stays in Redis.
+_SEAL_HASH_LUA = """
+local function seal_hash(key)
+    if redis.call('TYPE', key).ok ~= 'string' then return '' end
+    return redis.sha1hex(redis.call('GET', key))
+end
+"""
+
+# Read a pointer for a reader: the version and at most ARGV[1] + 1 bytes of the seal
+# (readers refuse a longer seal unread), and with ARGV[2] = '1' the seal's hash, for a
+# writer's compare-and-set. A key of another type reads as absent.
+# KEYS[1] active pointer, KEYS[2] seal of the pointer
+# Returns {version or nil, seal prefix or nil, seal hash or ''}
+READ_POINTER_LUA = (
+    _SEAL_HASH_LUA
+    + """
+local version = false
+if redis.call('TYPE', KEYS[1]).ok == 'string' then version = redis.call('GET', KEYS[1]) end
+local seal = false
+if redis.call('TYPE', KEYS[2]).ok == 'string' then
+    seal = redis.call('GETRANGE', KEYS[2], 0, tonumber(ARGV[1]))
+end
+local hash = ''
+if ARGV[2] == '1' then hash = seal_hash(KEYS[2]) end
+return {version, seal, hash}
+"""
+)
+
 # Promote: move the active pointer to ARGV[1], push it on the history, log an event.
 # With a signing key (ARGV[6] = '1') the writer also sets the pointer's seal, which it
-# signed for ARGV[1] before calling (model_store._seal): only if the seal is still the one
-# it read (ARGV[7], '' for none), else another writer moved the pointer in between and
-# the caller signs again. Promoting the active version rewrites its seal ('sealed'); the
-# caller skips that when the seal already holds.
+# signed for ARGV[1] before calling (model_store._seal), but only if the seal is still the
+# one it read (its hash ARGV[7]); else another writer moved the pointer in between and the
+# caller signs again. With a key, promoting the active version writes a newer seal for it
+# ('sealed'): how a key holder vouches again for the version in service.
 # KEYS[1] versions zset of the KB   (membership = "fully written")
 # KEYS[2] active pointer            (string)
 # KEYS[3] history list              (newest first)
@@ -54,15 +84,18 @@ EVENTS_MAX = 10_000
 # ARGV[4] history entries kept
 # ARGV[5] approximate stream length kept
 # ARGV[6] '1' to seal, '0' to leave the seal alone (no key)
-# ARGV[7] the seal the caller read ('' for none)
+# ARGV[7] the hash of the seal the caller read ('' for none)
 # ARGV[8] the new seal
 # Returns {'missing'} | {'raced'} | {'noop', cur} | {'ok' or 'sealed', version,
 # previous_or_empty, event_id}
-PROMOTE_LUA = """
+PROMOTE_LUA = (
+    _SEAL_HASH_LUA
+    + """
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return {'missing'} end
 local sealing = ARGV[6] == '1'
-if sealing and (redis.call('GET', KEYS[5]) or '') ~= ARGV[7] then return {'raced'} end
-local cur = redis.call('GET', KEYS[2])
+if sealing and seal_hash(KEYS[5]) ~= ARGV[7] then return {'raced'} end
+local cur = false
+if redis.call('TYPE', KEYS[2]).ok == 'string' then cur = redis.call('GET', KEYS[2]) end
 if cur == ARGV[1] then
     if not sealing then return {'noop', cur} end
     redis.call('SET', KEYS[5], ARGV[8])
@@ -79,6 +112,7 @@ local id = redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[5], '*',
     'kb', ARGV[3], 'version', ARGV[1], 'previous', cur, 'action', 'promote', 'ts', ARGV[2])
 return {'ok', ARGV[1], cur, id}
 """
+)
 
 # Rollback: pop the history down to the first entry that differs from the active one and
 # point at it. Equal neighbours are skipped because a history written by an older gc may
@@ -90,11 +124,13 @@ return {'ok', ARGV[1], cur, id}
 # ARGV[2] KB id (copied into the event)
 # ARGV[3] approximate stream length kept
 # ARGV[4] '1' to seal, '0' to leave the seal alone (no key)
-# ARGV[5] the seal the caller read ('' for none)
+# ARGV[5] the hash of the seal the caller read ('' for none)
 # ARGV[6] the version the caller expects to return to
 # ARGV[7] the new seal
 # Returns {'nohistory'} | {'missing', prev} | {'raced'} | {'ok', version, previous, event_id}
-ROLLBACK_LUA = """
+ROLLBACK_LUA = (
+    _SEAL_HASH_LUA
+    + """
 local cur = redis.call('LINDEX', KEYS[3], 0)
 local n = 1
 local prev = redis.call('LINDEX', KEYS[3], n)
@@ -104,11 +140,8 @@ while prev and prev == cur do
 end
 if not prev then return {'nohistory'} end
 if not redis.call('ZSCORE', KEYS[1], prev) then return {'missing', prev} end
-local sealing = ARGV[4] == '1'
-if sealing then
-    if (redis.call('GET', KEYS[5]) or '') ~= ARGV[5] or prev ~= ARGV[6] then
-        return {'raced'}
-    end
+if ARGV[4] == '1' then
+    if seal_hash(KEYS[5]) ~= ARGV[5] or prev ~= ARGV[6] then return {'raced'} end
     redis.call('SET', KEYS[5], ARGV[7])
 end
 redis.call('LTRIM', KEYS[3], n, -1)
@@ -117,6 +150,7 @@ local id = redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[3], '*',
     'kb', ARGV[2], 'version', prev, 'previous', cur, 'action', 'rollback', 'ts', ARGV[1])
 return {'ok', prev, cur, id}
 """
+)
 
 # Unlist one version unless it is the active or the previous one (the first history entry
 # that differs from the active one), and drop it from the history. Removing an entry can
@@ -199,6 +233,10 @@ class Keys:
         """The chunk keys' common start (the index follows)."""
         return f"{self.kb(kb)}:v:{version}:chunk:"
 
+    def seal_keys(self, kb: str) -> list[str]:
+        """KEYS[1..2] of the pointer read script."""
+        return [self.active(kb), self.seal(kb)]
+
     def pointer_keys(self, kb: str) -> list[str]:
         """KEYS[1..5] of the promote and rollback scripts."""
         return [
@@ -217,6 +255,14 @@ def text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def loose_text(value: Any) -> str | None:
+    """A value as text, bytes that are not UTF-8 replaced (it then names no version and
+    matches no seal); None for none."""
+    if value is None:
+        return None
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
 def opt_text(value: Any) -> str | None:
     if value is None:
         return None
@@ -231,7 +277,7 @@ def parse_event(event_id: Any, fields: Mapping[Any, Any], kb: str) -> StoreEvent
     one (or with a time that is not a number) still moves a reader's cursor past it, where
     a failure to parse it would have stopped that reader at it for good.
     """
-    f = {text(k): text(v) for k, v in fields.items()}
+    f = {loose_text(k) or "": loose_text(v) or "" for k, v in fields.items()}
     try:
         ts = float(f.get("ts") or 0)
     except ValueError:
@@ -252,7 +298,7 @@ def script_event(reply: list[Any], kb: str, action: str, ts: float) -> StoreEven
         id=text(reply[3]),
         kb=kb,
         version=text(reply[1]),
-        previous=opt_text(reply[2]),
+        previous=loose_text(reply[2]) or None,
         action=action,
         ts=ts,
     )

@@ -30,7 +30,7 @@ from model_store._errors import PointerUnsealed
 # Separates pointer seals from any other HMAC made with the same key (manifests).
 _DOMAIN = "ood-sidecar active-pointer seal v1"
 # A seal is a few hundred bytes; anything longer is not one.
-_SEAL_MAX_BYTES = 4096
+SEAL_MAX_BYTES = 4096
 # How often a writer signs again when another writer moved the pointer in between.
 SEAL_TRIES = 8
 
@@ -58,34 +58,46 @@ def make_seal(key: bytes, kb: str, version: str, seq: int) -> str:
     return json.dumps(body, sort_keys=True, separators=(",", ":"))
 
 
-def _parse(raw: str | bytes) -> dict[str, object]:
-    if len(raw) > _SEAL_MAX_BYTES:
+def _parse(raw: object) -> dict[str, object]:
+    """The JSON object of a stored seal; :class:`PointerUnsealed` for anything else (a
+    writer without the key may have stored any value, of any type)."""
+    if not isinstance(raw, str | bytes):
+        raise PointerUnsealed("the seal is not a seal (not text)")
+    if len(raw) > SEAL_MAX_BYTES:
         raise PointerUnsealed("the seal is not a seal (too long)")
     try:
         seal = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise PointerUnsealed("the seal is not JSON") from exc
     if not isinstance(seal, dict):
         raise PointerUnsealed("the seal is not a JSON object")
     return seal
 
 
-def seal_seq(key: bytes, raw: str | bytes | None, kb: str, version: str) -> int:
+def _signed_seq(key: bytes, seal: dict[str, object]) -> int | None:
+    """The ``seq`` of ``seal`` when its signature holds for the KB and version it names."""
+    kb, version, seq, sig = (seal.get(k) for k in ("kb", "version", "seq", "sig"))
+    # bool is an int; a seq that is not a plain non-negative int was not written here
+    if not (isinstance(kb, str) and isinstance(version, str) and isinstance(sig, str)):
+        return None
+    if type(seq) is not int or seq < 0 or not sig.isascii():
+        return None
+    return seq if hmac.compare_digest(sig, _sig(key, kb, version, seq)) else None
+
+
+def seal_seq(key: bytes, raw: object, kb: str, version: str) -> int:
     """The ``seq`` of seal ``raw`` when it seals ``kb``'s pointer at ``version`` under
     ``key``; else :class:`PointerUnsealed`, saying what is wrong."""
     if raw is None or raw in ("", b""):
         raise PointerUnsealed(f"KB {kb!r}: the active pointer ({version}) carries no seal")
     seal = _parse(raw)
-    seq, sig = seal.get("seq"), seal.get("sig")
     if seal.get("kb") != kb or seal.get("version") != version:
         raise PointerUnsealed(
             f"KB {kb!r}: the active pointer names {version} but its seal "
             f"{seal.get('kb')!r}/{seal.get('version')!r}"
         )
-    # bool is an int; a seq that is not a plain non-negative int was not written here
-    if type(seq) is not int or seq < 0 or not isinstance(sig, str) or not sig.isascii():
-        raise PointerUnsealed(f"KB {kb!r}: the seal of {version} is malformed")
-    if not hmac.compare_digest(sig, _sig(key, kb, version, seq)):
+    seq = _signed_seq(key, seal)
+    if seq is None:
         raise PointerUnsealed(
             f"KB {kb!r}: the seal of {version} does not match the signing key (the pointer "
             "was moved by a writer without the key, or the key differs)"
@@ -93,25 +105,17 @@ def seal_seq(key: bytes, raw: str | bytes | None, kb: str, version: str) -> int:
     return seq
 
 
-def seal_holds(key: bytes, raw: str | bytes | None, kb: str, version: str) -> bool:
-    """Whether ``raw`` seals ``kb``'s pointer at ``version`` under ``key``."""
-    try:
-        seal_seq(key, raw, kb, version)
-    except PointerUnsealed:
-        return False
-    return True
-
-
-def next_seq(key: bytes, raw: str | bytes | None, kb: str, version: str | None) -> int:
-    """``seq`` of the next seal of ``kb``: past the current seal ``raw`` (of the pointer at
-    ``version``) when that one is valid, and never below the clock in microseconds."""
+def next_seq(key: bytes, raw: object, kb: str) -> int:
+    """``seq`` of the next seal of ``kb``: past the stored seal ``raw`` when its signature
+    holds (whichever version it names: a move without the key leaves the last key
+    holder's seal in place), and never below the clock in microseconds."""
     now_us = time.time_ns() // 1000
-    if version is None:
-        return now_us
     try:
-        return max(seal_seq(key, raw, kb, version) + 1, now_us)
+        seal = _parse(raw)
     except PointerUnsealed:
         return now_us
+    seq = _signed_seq(key, seal) if seal.get("kb") == kb else None
+    return now_us if seq is None else max(seq + 1, now_us)
 
 
 def verified_pointer(

@@ -211,6 +211,9 @@ class VersionInfo:
 class ModelStore(Protocol):
     """Synchronous store, used by the CLI and the training job."""
 
+    #: The signing key: manifests are signed on put and pointer moves sealed (None: off).
+    hmac_key: bytes | None
+
     def put(self, artifact: Artifact) -> str:
         """Store ``artifact`` (signed when a key is configured); return its version.
 

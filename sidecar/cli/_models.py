@@ -143,10 +143,18 @@ def _unknown_kb(store: ModelStore, kb: str) -> None:
     )
 
 
+def _active(store: ModelStore, kb: str) -> str | None:
+    """The active version, its seal checked when the store has a signing key: a command
+    must not check, recalibrate, export or re-seal a version that a writer without the
+    key put in service (:class:`~model_store.PointerUnsealed`)."""
+    pointer = store.active_pointer(kb)
+    return pointer.version if pointer is not None else None
+
+
 def _resolve(store: ModelStore, kb: str, ref: str) -> str:
     """``active``, ``previous``, a full version id or a unique prefix of one."""
     if ref in ("active", "previous"):
-        v = store.active(kb) if ref == "active" else store.previous(kb)
+        v = _active(store, kb) if ref == "active" else store.previous(kb)
         if v is None:
             raise ArtifactNotFound(f"KB {kb!r} has no {ref} version")
         return v
@@ -233,14 +241,15 @@ def _seal_state(store: ModelStore, kb: str) -> str:
     """Whether the active pointer's seal holds under the configured signing key."""
     from model_store import PointerUnsealed
 
-    if getattr(store, "hmac_key", None) is None:
+    if store.hmac_key is None:
         return "- (no signing key configured: the pointer is not checked)"
     try:
         pointer = store.active_pointer(kb)
     except PointerUnsealed as exc:
         return (
-            f"NOT VALID: {exc}; workers refuse this pointer and keep their model (if the "
-            f"version is right, `sidecar models promote {kb} active` seals it)"
+            f"NOT VALID: {exc}; workers refuse this pointer and keep their model (if "
+            f"{store.active(kb)} should serve, `sidecar models promote {kb} "
+            f"{store.active(kb)}` seals it)"
         )
     return f"valid (seq {pointer.seq if pointer is not None else '-'})"
 
@@ -314,7 +323,7 @@ def promote_command(
     if event is None:
         click.echo(f"{kb}: {v} is already active")
     elif event.action == "seal":
-        click.echo(f"{kb}: {v} is already active; sealed its pointer with the signing key")
+        click.echo(f"{kb}: {v} is already active; sealed its pointer anew with the signing key")
     else:
         click.echo(f"{kb}: promoted {event.previous or '-'} -> {event.version}")
 

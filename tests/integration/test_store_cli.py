@@ -364,12 +364,13 @@ def test_gc_of_a_kb_whose_first_put_was_killed_clears_it(tmp_path: Path) -> None
     assert result.exit_code == 2 and "has no versions in this store" in result.output
 
 
-def test_an_unsealed_pointer_is_shown_and_resealed_by_promoting_active(
+def test_an_unsealed_pointer_is_shown_and_resealed_by_promoting_its_version(
     tmp_path: Path, where: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A store whose pointer was moved before pointers were sealed (an earlier release):
-    `models show` says the seal does not hold and how to fix it; `models promote KB
-    active` seals the version in service, and a second time changes nothing."""
+    `models show` says the seal does not hold and how to fix it; commands that read the
+    `active` version refuse it (they would check, export or re-seal what a writer without
+    the key chose); `models promote KB VERSION` seals it."""
     d0, d1 = _artifact_dirs(tmp_path, 2)
     run("models", "import", str(d0), "--promote", *where)
     assert "seal:     - (no signing key" in run("models", "show", "demo", *where)
@@ -384,12 +385,17 @@ def test_an_unsealed_pointer_is_shown_and_resealed_by_promoting_active(
         state_file = Path(where[1]) / "demo" / "state.json"
         state = json.loads(state_file.read_text())
         state_file.write_text(json.dumps({k: v for k, v in state.items() if k != "seal"}))
+    v = store.active("demo")
+    assert v is not None
     shown = run("models", "show", "demo", *where)
     assert "seal:     NOT VALID" in shown and "carries no seal" in shown
-    assert "`sidecar models promote demo active` seals it" in shown
-    assert "sealed its pointer" in run("models", "promote", "demo", "active", *where)
+    assert f"`sidecar models promote demo {v}` seals it" in shown
+    for command in (["promote", "demo", "active"], ["export", "demo", "active", "out"]):
+        result = CliRunner().invoke(main, ["models", *command, *where])
+        assert result.exit_code == 2 and "carries no seal" in result.output, result.output
+    assert "sealed its pointer anew" in run("models", "promote", "demo", v[:8], *where)
     assert "seal:     valid (seq" in run("models", "show", "demo", *where)
-    assert "is already active" in run("models", "promote", "demo", "active", *where)
+    assert "sealed its pointer anew" in run("models", "promote", "demo", "active", *where)
     pointer = store.active_pointer("demo")
-    assert pointer is not None and pointer.seq is not None
+    assert pointer is not None and pointer.version == v and pointer.seq is not None
     store.close()

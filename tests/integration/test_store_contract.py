@@ -374,12 +374,15 @@ def test_racing_promoters_leave_one_consistent_history(
     # Every successful promote is exactly one event, and the events form one chain.
     assert sorted(e.id for e in made) == sorted(e.id for e in events)
     assert events[0].previous is None
-    for before, after in itertools.pairwise(events):
+    # With a key, promoting the active version seals it anew: an event that moves nothing.
+    assert all(e.version == e.previous for e in events if e.action == "seal")
+    moves = [e for e in events if e.action != "seal"]
+    for before, after in itertools.pairwise(moves):
         assert after.previous == before.version
         assert after.version != before.version
     assert setup.active(KB) == events[-1].version
     history = setup.history(KB)
-    assert history == [e.version for e in reversed(events)][: len(history)]
+    assert history == [e.version for e in reversed(moves)][: len(history)]
     pointer = setup.active_pointer(KB)
     assert pointer is not None and pointer.version == events[-1].version
     assert (pointer.seq is None) == (key is None)
@@ -582,6 +585,13 @@ def break_seal(store: ModelStore) -> None:
         put_pointer_state(store, json.dumps({**state, "seal": "{"}).encode())
 
 
+def _lonely_rollback(make_store: StoreFactory) -> None:
+    """A keyed rollback of a KB with one version in its history."""
+    signer = make_store(hmac_key=b"k1")
+    signer.promote("kb2", signer.put(make_artifact(5, kb="kb2")))
+    signer.rollback("kb2")
+
+
 def test_a_signing_key_seals_every_pointer_move(make_store: StoreFactory) -> None:
     signer = make_store(hmac_key=b"k1")
     v1, v2 = signer.put(make_artifact(1)), signer.put(make_artifact(2))
@@ -595,8 +605,12 @@ def test_a_signing_key_seals_every_pointer_move(make_store: StoreFactory) -> Non
     assert signer.rollback(KB).version == v1
     p3 = signer.active_pointer(KB)
     assert p3 is not None and p3.version == v1 and p3.seq is not None and p3.seq > p2.seq
-    assert signer.promote(KB, v1) is None  # active and sealed: nothing to do
-    assert signer.active_pointer(KB) == p3
+    again = signer.promote(KB, v1)  # the active version: a newer seal, nothing moves
+    assert again is not None and again.action == "seal" and signer.history(KB)[0] == v1
+    p4 = signer.active_pointer(KB)
+    assert p4 is not None and p4.version == v1 and p4.seq is not None and p4.seq > p3.seq
+    with pytest.raises(ArtifactNotFound, match="no previous version"):
+        _lonely_rollback(make_store)
     # Without a key the pointer is taken as it is; under another key the seal fails.
     assert make_store().active_pointer(KB) == ActivePointer(v1)
     with pytest.raises(PointerUnsealed, match="does not match the signing key"):
@@ -653,3 +667,83 @@ async def test_a_running_reader_refuses_a_replayed_pointer(make_store: StoreFact
     finally:
         await running.close()
         await fresh.close()
+
+
+def test_a_key_holder_reseals_whatever_a_writer_without_the_key_left_in_the_seal(
+    make_store: StoreFactory,
+) -> None:
+    """A seal of another type, not text, or huge: readers refuse it without a crash and
+    a key holder's next move replaces it."""
+    signer = make_store(hmac_key=b"k1")
+    v1 = signer.put(make_artifact(1))
+    signer.promote(KB, v1)
+    if isinstance(signer, RedisStore):
+        seal_key = signer.keys.seal(KB)
+        for bad in ("hash", b"\xff\xfe" * 10, b"[" * 3000, b"x" * 100_000):
+            signer.client.delete(seal_key)
+            if bad == "hash":
+                signer.client.hset(seal_key, "a", "b")
+            else:
+                signer.client.set(seal_key, bad)
+            with pytest.raises(PointerUnsealed):
+                signer.active_pointer(KB)
+            assert signer.promote(KB, v1) is not None
+            assert signer.active_pointer(KB) is not None
+        signer.client.set(signer.keys.active(KB), b"\xff" * 16)  # not even text
+        with pytest.raises(PointerUnsealed):
+            signer.active_pointer(KB)
+        signer.promote(KB, v1)
+    else:
+        assert isinstance(signer, DirectoryStore)
+        for bad in (5, {"kb": KB}, "[" * 3000):
+            state = json.loads(pointer_state(signer))
+            put_pointer_state(signer, json.dumps({**state, "seal": bad}).encode())
+            with pytest.raises(PointerUnsealed):
+                signer.active_pointer(KB)
+            assert signer.promote(KB, v1) is not None
+    pointer = signer.active_pointer(KB)
+    assert pointer is not None and pointer.version == v1
+
+
+def test_a_move_without_the_key_does_not_reset_the_sequence(make_store: StoreFactory) -> None:
+    """The last key holder's seal still counts after a move without the key: a key holder
+    whose clock is behind the one before it still seals past it, so running workers take
+    its move."""
+    from model_store._seal import make_seal
+
+    signer, intruder = make_store(hmac_key=b"k1"), make_store()
+    v1, v2, v3 = (signer.put(make_artifact(i)) for i in (1, 2, 3))
+    signer.promote(KB, v1)
+    ahead = time_us() + 10**10  # sealed by a writer whose clock ran hours ahead
+    if isinstance(signer, RedisStore):
+        signer.client.set(signer.keys.seal(KB), make_seal(b"k1", KB, v1, ahead))
+    else:
+        state = json.loads(pointer_state(signer))
+        put_pointer_state(
+            signer, json.dumps({**state, "seal": make_seal(b"k1", KB, v1, ahead)}).encode()
+        )
+    intruder.promote(KB, v2)
+    signer.promote(KB, v3)
+    pointer = signer.active_pointer(KB)
+    assert pointer is not None and pointer.version == v3 and pointer.seq == ahead + 1
+
+
+def time_us() -> int:
+    import time
+
+    return time.time_ns() // 1000
+
+
+def test_redis_writers_that_race_for_the_seal_sign_again(redis_server: EmbeddedRedis) -> None:
+    """The promote script applies a seal only over the one its writer read (by hash)."""
+    store = RedisStore(redis_server.url, prefix="t", hmac_key=b"k1")
+    v1 = store.put(make_artifact(1))
+    reply = store._promote(
+        keys=store.keys.pointer_keys(KB),
+        args=[v1, "0", KB, 100, 100, "1", "not the hash of the seal", "x"],
+    )
+    assert reply == [b"raced"]
+    assert store.active(KB) is None
+    store.promote(KB, v1)  # reads the seal's hash afresh
+    assert store.active_pointer(KB) is not None
+    store.close()

@@ -236,7 +236,7 @@ class RedisStore:
         check_kb(kb)
         with translate_errors(self.url):
             v = self.client.get(self.keys.active(kb))
-        return text(v) if v is not None else None
+        return loose_text(v)
 
     def history(self, kb: str) -> list[str]:
         check_kb(kb)

@@ -114,7 +114,7 @@ class AsyncRedisStore:
         check_kb(kb)
         with translate_errors(self.url):
             v = await self.client.get(self.keys.active(kb))
-        return text(v) if v is not None else None
+        return loose_text(v)
 
     async def active_pointer(self, kb: str) -> ActivePointer | None:
         check_kb(kb)

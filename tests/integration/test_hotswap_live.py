@@ -329,3 +329,30 @@ async def test_a_foreign_event_entry_does_not_stop_event_driven_swaps(
     await r.wait_version(b)
     events = sync.events(KB)
     assert [e.kb for e in events] == [KB] * len(events)  # the stream's KB, not the field's
+
+
+async def test_a_running_worker_is_not_moved_back_by_a_replayed_pointer(
+    redis_server: EmbeddedRedis, artifacts: dict[str, Artifact], run_watcher: Callable[..., Any]
+) -> None:
+    """A writer without the key copies back the pointer and seal of an earlier move: the
+    running worker stays on the newer model; a key holder re-seals what should serve."""
+    signer = RedisStore(redis_server.url, prefix="hs", hmac_key=b"secret")
+    a, b = signer.put(artifacts["A"]), signer.put(artifacts["B"])
+    signer.promote(KB, a)
+    keys = (signer.keys.active(KB), signer.keys.seal(KB))
+    earlier = [signer.client.get(k) for k in keys]
+    signer.promote(KB, b)
+    stores = Stores(
+        signer, lambda: AsyncRedisStore(redis_server.url, prefix="hs", hmac_key=b"secret")
+    )
+    r: Running = await run_watcher(stores)
+    assert _version(r.holder) == b
+    for k, v in zip(keys, earlier, strict=True):
+        signer.client.set(k, v)
+    signer.client.xadd(signer.keys.events(KB), {"kb": KB, "version": a, "action": "promote"})
+    await r.wait_failures(1)
+    assert _version(r.holder) == b
+    assert "replayed" in r.holder.status()[KB]["last_error"]
+    signer.promote(KB, a)  # a key holder does want A: a newer seal for it
+    await r.wait_version(a)
+    signer.close()

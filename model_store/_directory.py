@@ -120,12 +120,13 @@ class DirectoryStore:
             state = json.loads((self._kb_dir(kb) / "state.json").read_bytes())
         except FileNotFoundError:
             return {"active": None, "history": [], "seq": 0}
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise ArtifactCorrupt(f"{self._kb_dir(kb)}/state.json is unreadable") from exc
         if (
             not isinstance(state, dict)
             or not isinstance(state.get("history", []), list)
             or not isinstance(state.get("active"), str | None)
+            or type(state.get("seq", 0)) is not int
         ):
             raise ArtifactCorrupt(f"{self._kb_dir(kb)}/state.json is not a store state")
         return state

@@ -25,6 +25,7 @@ from model_store._artifact import Artifact, encode, verify_manifest
 from model_store._errors import ArtifactCorrupt, ArtifactNotFound, StoreUnavailable
 from model_store._redis_common import (
     EVENTS_MAX,
+    POINTER_READ_BYTES,
     PROMOTE_LUA,
     READ_POINTER_LUA,
     ROLLBACK_LUA,
@@ -67,6 +68,10 @@ from model_store._store import (
 log = logging.getLogger(__name__)
 
 DEFAULT_CHUNK_BYTES = 4 * 1024 * 1024
+_CORRUPT = (
+    "KB {kb!r}: its history or event stream key holds another Redis type; the pointer "
+    "did not move (delete that key to repair the KB)"
+)
 
 
 def redis_retry() -> Retry:
@@ -235,13 +240,14 @@ class RedisStore:
     def active(self, kb: str) -> str | None:
         check_kb(kb)
         with translate_errors(self.url):
-            v = self.client.get(self.keys.active(kb))
-        return loose_text(v)
+            # a version id is 16 characters: more is not one, and is not read whole
+            v = self.client.getrange(self.keys.active(kb), 0, POINTER_READ_BYTES - 1)
+        return loose_text(v) or None
 
     def history(self, kb: str) -> list[str]:
         check_kb(kb)
         with translate_errors(self.url):
-            return [text(v) for v in self.client.lrange(self.keys.history(kb), 0, -1)]
+            return [loose_text(v) or "" for v in self.client.lrange(self.keys.history(kb), 0, -1)]
 
     def previous(self, kb: str) -> str | None:
         check_kb(kb)
@@ -250,9 +256,8 @@ class RedisStore:
     def active_pointer(self, kb: str) -> ActivePointer | None:
         check_kb(kb)
         with translate_errors(self.url):
-            version, seal, _ = self._read_pointer(
-                keys=self.keys.seal_keys(kb), args=[SEAL_MAX_BYTES, "0"]
-            )
+            # one read command, atomic and allowed to a read-only ACL user
+            version, seal = self.client.mget(self.keys.active(kb), self.keys.seal(kb))
         return verified_pointer(self.hmac_key, kb, loose_text(version), seal)
 
     def _seal_read(self, kb: str) -> tuple[bytes | None, str]:
@@ -291,6 +296,8 @@ class RedisStore:
         status = text(reply[0])
         if status == "missing":
             raise ArtifactNotFound(f"KB {kb!r} has no version {version!r} to promote")
+        if status == "corrupt":
+            raise ArtifactCorrupt(_CORRUPT.format(kb=kb))
         if status == "noop":
             return None
         if status == "sealed":
@@ -322,6 +329,8 @@ class RedisStore:
             raise ArtifactNotFound(f"KB {kb!r} has no previous version to roll back to")
         if status == "missing":
             raise ArtifactNotFound(f"KB {kb!r}: previous version {text(reply[1])} is gone")
+        if status == "corrupt":
+            raise ArtifactCorrupt(_CORRUPT.format(kb=kb))
         event = script_event(reply, kb, "rollback", ts)
         log.info("rolled KB %s back to %s (was %s)", kb, event.version, event.previous)
         return event

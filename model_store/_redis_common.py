@@ -34,22 +34,32 @@ from model_store._errors import (
 )
 from model_store._store import StoreEvent
 
+# How much of an active pointer a listing reads (a version id has 16 characters).
+POINTER_READ_BYTES = 64
+
 # Approximate number of events kept per KB stream (XADD MAXLEN ~).
 EVENTS_MAX = 10_000
 
-# A seal's hash for the compare-and-set of the writers below: '' when there is none or the
-# key holds another type (a writer without the key may store anything there; SET then
-# replaces it). The hash, not the value, travels back: a seal of any size stays in Redis.
+# Helpers of the pointer scripts. seal_hash: a seal's hash for the writers' compare-and-
+# set, '' when there is none or the key holds another type (a writer without the key may
+# store anything there; SET then replaces it); the hash, not the value, travels back, so a
+# seal of any size stays in Redis. writable: whether a key is of the type a move appends
+# to (or absent), checked before the first write so that a move is whole or nothing.
 _SEAL_HASH_LUA = """
 local function seal_hash(key)
     if redis.call('TYPE', key).ok ~= 'string' then return '' end
     return redis.sha1hex(redis.call('GET', key))
 end
+local function writable(key, want)
+    local t = redis.call('TYPE', key).ok
+    return t == want or t == 'none'
+end
 """
 
-# Read a pointer for a reader: the version and at most ARGV[1] + 1 bytes of the seal
-# (readers refuse a longer seal unread), and with ARGV[2] = '1' the seal's hash, for a
-# writer's compare-and-set. A key of another type reads as absent.
+# Read a pointer for a writer's sealed move: the version, at most ARGV[1] + 1 bytes of the
+# seal (a longer one is no seal) and, with ARGV[2] = '1', the seal's hash for the
+# compare-and-set. A key of another type reads as absent. Writers run scripts anyway;
+# readers (workers, which may hold a read-only ACL user) use MGET instead.
 # KEYS[1] active pointer, KEYS[2] seal of the pointer
 # Returns {version or nil, seal prefix or nil, seal hash or ''}
 READ_POINTER_LUA = (
@@ -86,12 +96,14 @@ return {version, seal, hash}
 # ARGV[6] '1' to seal, '0' to leave the seal alone (no key)
 # ARGV[7] the hash of the seal the caller read ('' for none)
 # ARGV[8] the new seal
-# Returns {'missing'} | {'raced'} | {'noop', cur} | {'ok' or 'sealed', version,
+# Returns {'missing'} | {'corrupt'} (the history or the stream key holds another type:
+# nothing is written) | {'raced'} | {'noop', cur} | {'ok' or 'sealed', version,
 # previous_or_empty, event_id}
 PROMOTE_LUA = (
     _SEAL_HASH_LUA
     + """
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return {'missing'} end
+if not writable(KEYS[3], 'list') or not writable(KEYS[4], 'stream') then return {'corrupt'} end
 local sealing = ARGV[6] == '1'
 if sealing and seal_hash(KEYS[5]) ~= ARGV[7] then return {'raced'} end
 local cur = false
@@ -127,7 +139,8 @@ return {'ok', ARGV[1], cur, id}
 # ARGV[5] the hash of the seal the caller read ('' for none)
 # ARGV[6] the version the caller expects to return to
 # ARGV[7] the new seal
-# Returns {'nohistory'} | {'missing', prev} | {'raced'} | {'ok', version, previous, event_id}
+# Returns {'nohistory'} | {'missing', prev} | {'corrupt'} | {'raced'} |
+# {'ok', version, previous, event_id}
 ROLLBACK_LUA = (
     _SEAL_HASH_LUA
     + """
@@ -140,6 +153,7 @@ while prev and prev == cur do
 end
 if not prev then return {'nohistory'} end
 if not redis.call('ZSCORE', KEYS[1], prev) then return {'missing', prev} end
+if not writable(KEYS[4], 'stream') then return {'corrupt'} end
 if ARGV[4] == '1' then
     if seal_hash(KEYS[5]) ~= ARGV[5] or prev ~= ARGV[6] then return {'raced'} end
     redis.call('SET', KEYS[5], ARGV[7])

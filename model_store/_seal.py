@@ -25,12 +25,14 @@ import json
 import time
 from dataclasses import dataclass
 
-from model_store._errors import PointerUnsealed
+from model_store._errors import ArtifactCorrupt, PointerUnsealed
 
 # Separates pointer seals from any other HMAC made with the same key (manifests).
 _DOMAIN = "ood-sidecar active-pointer seal v1"
 # A seal is a few hundred bytes; anything longer is not one.
 SEAL_MAX_BYTES = 4096
+# A version id has 16 characters; a pointer far longer is refused before it is quoted.
+_POINTER_MAX_CHARS = 64
 # How often a writer signs again when another writer moved the pointer in between.
 SEAL_TRIES = 8
 
@@ -45,6 +47,12 @@ class ActivePointer:
 
     version: str
     seq: int | None = None
+
+
+def _shown(value: object) -> str:
+    """``value`` for a message: a writer without the key may have stored megabytes."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
 
 
 def _sig(key: bytes, kb: str, version: str, seq: int) -> str:
@@ -88,18 +96,19 @@ def _signed_seq(key: bytes, seal: dict[str, object]) -> int | None:
 def seal_seq(key: bytes, raw: object, kb: str, version: str) -> int:
     """The ``seq`` of seal ``raw`` when it seals ``kb``'s pointer at ``version`` under
     ``key``; else :class:`PointerUnsealed`, saying what is wrong."""
+    shown = version if len(version) <= 40 else _shown(version)
     if raw is None or raw in ("", b""):
-        raise PointerUnsealed(f"KB {kb!r}: the active pointer ({version}) carries no seal")
+        raise PointerUnsealed(f"KB {kb!r}: the active pointer ({shown}) carries no seal")
     seal = _parse(raw)
     if seal.get("kb") != kb or seal.get("version") != version:
         raise PointerUnsealed(
-            f"KB {kb!r}: the active pointer names {version} but its seal "
-            f"{seal.get('kb')!r}/{seal.get('version')!r}"
+            f"KB {kb!r}: the active pointer names {shown} but its seal "
+            f"{_shown(seal.get('kb'))}/{_shown(seal.get('version'))}"
         )
     seq = _signed_seq(key, seal)
     if seq is None:
         raise PointerUnsealed(
-            f"KB {kb!r}: the seal of {version} does not match the signing key (the pointer "
+            f"KB {kb!r}: the seal of {shown} does not match the signing key (the pointer "
             "was moved by a writer without the key, or the key differs)"
         )
     return seq
@@ -126,6 +135,8 @@ def verified_pointer(
     is active."""
     if version is None:
         return None
+    if len(version) > _POINTER_MAX_CHARS:
+        raise ArtifactCorrupt(f"KB {kb!r}: the active pointer is no version id ({_shown(version)})")
     if key is None:
         return ActivePointer(version)
     return ActivePointer(version, seal_seq(key, raw, kb, version))

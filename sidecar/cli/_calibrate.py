@@ -21,7 +21,7 @@ from sidecar.cli._model_inputs import (
     model_options,
     read_model,
 )
-from sidecar.cli._models import _open, _settings, _store_options
+from sidecar.cli._models import _open, _settings, _store_options, promoted_suffix
 from sidecar.cli._options import (
     cache_dir_option,
     check_output_dir,
@@ -171,10 +171,8 @@ def calibrate_command(**opts: Any) -> None:
     if opts["out"]:
         click.echo(f"wrote {save_dir(artifact, opts['out'])}")
     if opts["publish"]:
+        promote = not opts["no_promote"]
         with _open(store_dir, redis_url) as store:
             version = store.put(artifact)
-            if not opts["no_promote"]:
-                store.promote(artifact.kb, version)
-        click.echo(
-            f"published {artifact.kb}/{version}{'' if opts['no_promote'] else ' and promoted it'}"
-        )
+            event = store.promote(artifact.kb, version) if promote else None
+        click.echo(f"published {artifact.kb}/{version}{promoted_suffix(event, promote)}")

@@ -143,6 +143,17 @@ def _unknown_kb(store: ModelStore, kb: str) -> None:
     )
 
 
+def promoted_suffix(event: Any, promote: bool) -> str:
+    """How a publishing command ends its line: what ``store.promote`` did, if asked."""
+    if not promote:
+        return ""
+    if event is None:
+        return " (already active)"
+    if event.action == "seal":
+        return " (already active; its pointer sealed anew)"
+    return " and promoted it"
+
+
 def _active(store: ModelStore, kb: str) -> str | None:
     """The active version, its seal checked when the store has a signing key: a command
     must not check, recalibrate, export or re-seal a version that a writer without the
@@ -419,16 +430,7 @@ def import_command(
     with _opened(settings, create=True) as store:
         version = store.put(artifact)
         event = store.promote(artifact.kb, version) if promote else None
-    done = (
-        " (already active; sealed its pointer)"
-        if event is not None and event.action == "seal"
-        else " and promoted it"
-        if event
-        else " (already active)"
-        if promote
-        else ""
-    )
-    click.echo(f"imported {artifact.kb}/{version}{done}")
+    click.echo(f"imported {artifact.kb}/{version}{promoted_suffix(event, promote)}")
 
 
 @models.command("gc")

@@ -326,16 +326,16 @@ def threshold_summary(metrics: dict[str, Any], target_frr: float) -> str:
 
 def _publish(artifact: Any, settings: Any, *, promote: bool) -> None:
     from sidecar._stores import open_store
+    from sidecar.cli._models import promoted_suffix
 
     store = open_store(settings)
     try:
         version = store.put(artifact)
-        if promote:
-            store.promote(artifact.kb, version)
+        event = store.promote(artifact.kb, version) if promote else None
     finally:
         store.close()
     where = f" ({settings.store.directory})" if settings.store.backend == "directory" else ""
     click.echo(
         f"published {artifact.kb}/{version} to the {settings.store.backend} store"
-        f"{where}{' and promoted it' if promote else ''}"
+        f"{where}{promoted_suffix(event, promote)}"
     )

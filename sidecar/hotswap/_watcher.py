@@ -19,7 +19,6 @@ from model_store import (
     ArtifactNotFound,
     ArtifactRejected,
     AsyncModelStore,
-    PointerUnsealed,
     StoreUnavailable,
 )
 from sidecar.hotswap._holder import LoadedModel, ModelHolder
@@ -140,8 +139,8 @@ class ModelWatcher:
     async def _sync_kb(self, kb: str) -> None:
         try:
             pointer = await self.store.active_pointer(kb)
-        except PointerUnsealed as exc:
-            # Not moved by a key holder (or replayed): the version it names is not used.
+        except ArtifactRejected as exc:
+            # Not moved by a key holder, replayed, or no version id: nothing is fetched.
             await self._refuse_pointer(kb, exc)
             return
         active = pointer.version if pointer is not None else None
@@ -190,13 +189,13 @@ class ModelWatcher:
             "KB %s: loaded version %s in %.0f ms", kb, active, (time.perf_counter() - t0) * 1000
         )
 
-    async def _refuse_pointer(self, kb: str, exc: PointerUnsealed) -> None:
+    async def _refuse_pointer(self, kb: str, exc: ArtifactRejected) -> None:
         named = await self.store.active(kb)
         self.holder.note_store_active(kb, named)
         marker = f"unsealed:{named}:{exc}"
         if self._rejected.get(kb) == marker:
             return  # said once; a key holder's next move comes with an event
-        self.holder.record_failure(kb, named or "-", f"PointerUnsealed: {exc}")
+        self.holder.record_failure(kb, named or "-", f"{type(exc).__name__}: {exc}")
         self._rejected[kb] = marker
         log.error("KB %s: refused the active pointer, keeping the current model: %s", kb, exc)
 

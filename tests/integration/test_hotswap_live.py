@@ -356,3 +356,29 @@ async def test_a_running_worker_is_not_moved_back_by_a_replayed_pointer(
     signer.promote(KB, a)  # a key holder does want A: a newer seal for it
     await r.wait_version(a)
     signer.close()
+
+
+async def test_a_worker_with_a_read_only_redis_user_follows_sealed_moves(
+    redis_server: EmbeddedRedis, artifacts: dict[str, Artifact], run_watcher: Callable[..., Any]
+) -> None:
+    """Workers only read the store: an ACL user with read commands alone (no scripts, no
+    writes) loads, checks seals and swaps."""
+    signer = RedisStore(redis_server.url, prefix="hs", hmac_key=b"secret")
+    signer.client.execute_command(
+        "ACL", "SETUSER", "worker", "on", ">worker-pw", "~*", "+@read", "+@connection"
+    )
+    a, b = signer.put(artifacts["A"]), signer.put(artifacts["B"])
+    signer.promote(KB, a)
+    host = redis_server.url.split("://", 1)[1]
+    ro_url = f"redis://worker@{host}"
+    stores = Stores(
+        signer,
+        lambda: AsyncRedisStore(ro_url, prefix="hs", hmac_key=b"secret", password="worker-pw"),
+    )
+    r: Running = await run_watcher(stores)
+    assert _version(r.holder) == a
+    signer.promote(KB, b)
+    await r.wait_version(b)
+    assert r.holder.status()[KB]["load_failures"] == 0
+    signer.client.execute_command("ACL", "DELUSER", "worker")
+    signer.close()

@@ -747,3 +747,52 @@ def test_redis_writers_that_race_for_the_seal_sign_again(redis_server: EmbeddedR
     store.promote(KB, v1)  # reads the seal's hash afresh
     assert store.active_pointer(KB) is not None
     store.close()
+
+
+def test_what_a_writer_without_the_key_leaves_in_the_pointer_is_refused_briefly(
+    make_store: StoreFactory,
+) -> None:
+    """A pointer that is no version id (megabytes, not text, another type) is refused with
+    a short message, and a key holder's move replaces it."""
+    signer = make_store(hmac_key=b"k1")
+    v1 = signer.put(make_artifact(1))
+    signer.promote(KB, v1)
+    if isinstance(signer, RedisStore):
+        signer.client.set(signer.keys.active(KB), b"\xff" * 2_000_000)
+        assert len(signer.active(KB) or "") <= 64  # a listing reads no more
+    else:
+        state = json.loads(pointer_state(signer))
+        put_pointer_state(signer, json.dumps({**state, "active": "f" * 2_000_000}).encode())
+    with pytest.raises(ArtifactCorrupt, match="no version id") as refused:
+        signer.active_pointer(KB)
+    assert len(str(refused.value)) < 200
+    assert signer.promote(KB, v1) is not None
+    pointer = signer.active_pointer(KB)
+    assert pointer is not None and pointer.version == v1
+
+
+def test_a_directory_state_that_is_not_a_store_state_is_corrupt(tmp_path: Path) -> None:
+    store = DirectoryStore(tmp_path / "store", hmac_key=b"k1")
+    store.promote(KB, store.put(make_artifact(1)))
+    state_file = tmp_path / "store" / KB / "state.json"
+    for bad in ("[" * 100_000, json.dumps({"active": None, "history": [], "seq": "7"})):
+        state_file.write_text(bad)
+        with pytest.raises(ArtifactCorrupt, match=r"state\.json"):
+            store.active_pointer(KB)
+
+
+def test_a_redis_move_writes_nothing_when_a_key_it_appends_to_has_another_type(
+    redis_server: EmbeddedRedis,
+) -> None:
+    store = RedisStore(redis_server.url, prefix="t", hmac_key=b"k1")
+    v1, v2 = store.put(make_artifact(1)), store.put(make_artifact(2))
+    store.promote(KB, v1)
+    store.client.delete(store.keys.events(KB))
+    store.client.set(store.keys.events(KB), "not a stream")
+    before = pointer_state(store)
+    with pytest.raises(ArtifactCorrupt, match="another Redis type"):
+        store.promote(KB, v2)
+    assert pointer_state(store) == before and store.history(KB) == [v1]
+    store.client.rpush(store.keys.history(KB), b"\xff\xfe")  # and not text: still listed
+    assert store.history(KB)[0] == v1
+    store.close()

@@ -8,9 +8,11 @@ version the pointer names and its signature is right, so whoever can write the s
 lacks the key cannot put a stored version into service (a candidate that failed its
 release gate, an old model), only break the pointer, which readers then refuse.
 
-``seq`` grows with every sealed move (:func:`next_seq`): one more than the current valid
-seal's, and at least the writer's clock in microseconds, so that a move after a seal was
-destroyed still outranks every seal made before it. A long-lived reader remembers the
+``seq`` grows with every sealed move (:func:`next_seq`): one more than the stored seal's
+when that one is valid (whichever version it names), and at least the writer's clock in
+microseconds, so that a move after a seal was destroyed outranks the seals made before it
+as long as the writers' clocks agree (one that ran ahead leaves a seq that later writers
+only pass with time; restarting the readers forgets it). A long-lived reader remembers the
 highest ``seq`` it accepted per KB and refuses a lower one: a seal copied back from an
 earlier state (a replay) does not move a running worker. A reader that starts afresh
 cannot tell a replayed seal from the newest; it still gets only a version that a key

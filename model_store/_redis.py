@@ -1,11 +1,11 @@
 """The production store: artifacts in Redis, in chunks, with an atomic active pointer.
 
-See :mod:`model_store._redis_common` for the key layout and the Lua scripts. A version's
-chunks, manifest and metadata are written before the version is listed in the KB's
-``versions`` set, so a reader never sees half a version. Pointer changes are one Lua
-script each (check, move, push history, seal with a signing key, XADD event). Connection
-and timeout errors are retried with a short exponential backoff by the client, then raised
-as :class:`StoreUnavailable`.
+See :mod:`model_store._redis_common` for the key layout and :mod:`model_store._scripts`
+for the Lua scripts. A version's chunks, manifest and metadata are written before the
+version is listed in the KB's ``versions`` set, so a reader never sees half a version.
+Pointer changes are one Lua script each (check, move, push history, seal with a signing
+key, XADD event). Connection and timeout errors are retried with a short exponential
+backoff by the client, then raised as :class:`StoreUnavailable`.
 """
 
 from __future__ import annotations
@@ -26,10 +26,6 @@ from model_store._errors import ArtifactCorrupt, ArtifactNotFound, StoreUnavaila
 from model_store._redis_common import (
     EVENTS_MAX,
     POINTER_READ_BYTES,
-    PROMOTE_LUA,
-    READ_POINTER_LUA,
-    ROLLBACK_LUA,
-    UNLIST_LUA,
     Keys,
     client_from_url,
     loose_text,
@@ -42,6 +38,7 @@ from model_store._redis_common import (
     text,
     translate_errors,
 )
+from model_store._scripts import PROMOTE_LUA, READ_POINTER_LUA, ROLLBACK_LUA, UNLIST_LUA
 from model_store._seal import (
     SEAL_MAX_BYTES,
     SEAL_TRIES,

@@ -21,7 +21,6 @@ from sidecar.cli._model_inputs import (
     model_options,
     read_model,
 )
-from sidecar.cli._models import _open, _settings, _store_options, promoted_suffix
 from sidecar.cli._options import (
     cache_dir_option,
     check_output_dir,
@@ -35,6 +34,7 @@ from sidecar.cli._servable import (
     load_local_dir,
     servable_model,
 )
+from sidecar.cli._store_access import _open, _settings, _store_options, promoted_suffix
 
 
 @main.command("calibrate")

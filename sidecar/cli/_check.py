@@ -15,7 +15,6 @@ from typing import Any
 import click
 
 from sidecar.cli._model_inputs import model_options
-from sidecar.cli._models import _open, _store_options
 from sidecar.cli._options import (
     cache_dir_option,
     check_output_dir,
@@ -25,6 +24,7 @@ from sidecar.cli._options import (
 )
 from sidecar.cli._root import main
 from sidecar.cli._servable import _any_encoder_option, servable_model
+from sidecar.cli._store_access import _open, _store_options
 
 _RATE = click.FloatRange(0, 1)
 _PATH = click.Path(path_type=Path)

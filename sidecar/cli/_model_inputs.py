@@ -9,8 +9,8 @@ from typing import Any
 
 import click
 
-from sidecar.cli._models import _open, _resolve, _settings, _version_option
 from sidecar.cli._servable import load_local_dir
+from sidecar.cli._store_access import _open, _resolve, _settings, _version_option
 
 
 def model_options(verb: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

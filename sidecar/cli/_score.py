@@ -19,9 +19,9 @@ import click
 
 from sidecar._input_files import input_file
 from sidecar.cli._model_inputs import read_model
-from sidecar.cli._models import _store_options, _version_option
 from sidecar.cli._root import main
 from sidecar.cli._servable import servable_model
+from sidecar.cli._store_access import _store_options, _version_option
 
 _TEXT_WIDTH = 70
 

@@ -326,7 +326,7 @@ def threshold_summary(metrics: dict[str, Any], target_frr: float) -> str:
 
 def _publish(artifact: Any, settings: Any, *, promote: bool) -> None:
     from sidecar._stores import open_store
-    from sidecar.cli._models import promoted_suffix
+    from sidecar.cli._store_access import promoted_suffix
 
     store = open_store(settings)
     try:

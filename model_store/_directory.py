@@ -42,7 +42,7 @@ from model_store._artifact import (
 from model_store._errors import ArtifactCorrupt, ArtifactNotFound, InvalidName, StoreUnavailable
 from model_store._files import TMP_PREFIX, sync_dir, write_atomic, write_synced
 from model_store._npz import max_npz_bytes
-from model_store._seal import ActivePointer, make_seal, next_seq, verified_pointer
+from model_store._seal import ActivePointer, next_seal, verified_pointer
 from model_store._store import (
     HISTORY_MAX,
     StoreEvent,
@@ -273,8 +273,7 @@ class DirectoryStore:
     def _seal(self, state: dict[str, Any], kb: str, version: str) -> None:
         """Seal the pointer at ``version`` in ``state`` (with a key; under the KB's lock)."""
         if self.hmac_key is not None:
-            seq = next_seq(self.hmac_key, state.get("seal"), kb)
-            state["seal"] = make_seal(self.hmac_key, kb, version, seq)
+            state["seal"] = next_seal(self.hmac_key, state.get("seal"), kb, version)
 
     def promote(self, kb: str, version: str) -> StoreEvent | None:
         check_version(version)

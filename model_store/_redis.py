@@ -25,7 +25,6 @@ from model_store._artifact import Artifact, encode, verify_manifest
 from model_store._errors import ArtifactCorrupt, ArtifactNotFound, StoreUnavailable
 from model_store._redis_common import (
     EVENTS_MAX,
-    POINTER_READ_BYTES,
     Keys,
     client_from_url,
     loose_text,
@@ -38,13 +37,13 @@ from model_store._redis_common import (
     text,
     translate_errors,
 )
-from model_store._scripts import PROMOTE_LUA, READ_POINTER_LUA, ROLLBACK_LUA, UNLIST_LUA
+from model_store._scripts import PROMOTE_LUA, READ_SEAL_LUA, ROLLBACK_LUA, UNLIST_LUA
 from model_store._seal import (
+    POINTER_MAX_CHARS,
     SEAL_MAX_BYTES,
     SEAL_TRIES,
     ActivePointer,
-    make_seal,
-    next_seq,
+    next_seal,
     verified_pointer,
 )
 from model_store._store import (
@@ -124,7 +123,7 @@ class RedisStore:
         self._promote = self.client.register_script(PROMOTE_LUA)
         self._rollback = self.client.register_script(ROLLBACK_LUA)
         self._unlist = self.client.register_script(UNLIST_LUA)
-        self._read_pointer = self.client.register_script(READ_POINTER_LUA)
+        self._read_seal = self.client.register_script(READ_SEAL_LUA)
 
     def __repr__(self) -> str:
         return f"RedisStore({self.url!r}, prefix={self.keys.prefix!r})"
@@ -238,7 +237,7 @@ class RedisStore:
         check_kb(kb)
         with translate_errors(self.url):
             # a version id is 16 characters: more is not one, and is not read whole
-            v = self.client.getrange(self.keys.active(kb), 0, POINTER_READ_BYTES - 1)
+            v = self.client.getrange(self.keys.active(kb), 0, POINTER_MAX_CHARS - 1)
         return loose_text(v) or None
 
     def history(self, kb: str) -> list[str]:
@@ -259,9 +258,7 @@ class RedisStore:
 
     def _seal_read(self, kb: str) -> tuple[bytes | None, str]:
         """The stored seal (its first bytes) and its hash, for a move's compare-and-set."""
-        _, seal, digest = self._read_pointer(
-            keys=self.keys.seal_keys(kb), args=[SEAL_MAX_BYTES, "1"]
-        )
+        seal, digest = self._read_seal(keys=[self.keys.seal(kb)], args=[SEAL_MAX_BYTES])
         return seal, text(digest)
 
     def _move(self, kb: str, script: Any, args: Callable[[], list[Any]]) -> Any:
@@ -285,8 +282,7 @@ class RedisStore:
             seal_args = ["0", "", ""]
             if self.hmac_key is not None:
                 seal, digest = self._seal_read(kb)
-                seq = next_seq(self.hmac_key, seal, kb)
-                seal_args = ["1", digest, make_seal(self.hmac_key, kb, version, seq)]
+                seal_args = ["1", digest, next_seal(self.hmac_key, seal, kb, version)]
             return [version, repr(ts), kb, HISTORY_MAX, EVENTS_MAX, *seal_args]
 
         reply = self._move(kb, self._promote, args)
@@ -316,8 +312,7 @@ class RedisStore:
                 rows = self.client.lrange(self.keys.history(kb), 0, -1)
                 # with no target the script answers 'nohistory', or 'raced' if one came
                 target = previous_in([loose_text(v) or "" for v in rows]) or ""
-                seq = next_seq(self.hmac_key, seal, kb)
-                seal_args = ["1", digest, target, make_seal(self.hmac_key, kb, target, seq)]
+                seal_args = ["1", digest, target, next_seal(self.hmac_key, seal, kb, target)]
             return [repr(ts), kb, EVENTS_MAX, *seal_args]
 
         reply = self._move(kb, self._rollback, args)

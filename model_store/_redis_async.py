@@ -18,7 +18,6 @@ from redis.backoff import ExponentialBackoff
 from model_store._artifact import Artifact, verify_manifest
 from model_store._errors import ArtifactCorrupt, ArtifactNotFound
 from model_store._redis_common import (
-    POINTER_READ_BYTES,
     Keys,
     client_from_url,
     loose_text,
@@ -29,7 +28,7 @@ from model_store._redis_common import (
     text,
     translate_errors,
 )
-from model_store._seal import ActivePointer, SeqGuard, verified_pointer
+from model_store._seal import POINTER_MAX_CHARS, ActivePointer, SeqGuard, verified_pointer
 from model_store._store import (
     StoreEvent,
     check_chunk_lengths,
@@ -113,7 +112,7 @@ class AsyncRedisStore:
         check_kb(kb)
         with translate_errors(self.url):
             # a version id is 16 characters: more is not one, and is not read whole
-            v = await self.client.getrange(self.keys.active(kb), 0, POINTER_READ_BYTES - 1)
+            v = await self.client.getrange(self.keys.active(kb), 0, POINTER_MAX_CHARS - 1)
         return loose_text(v) or None
 
     async def active_pointer(self, kb: str) -> ActivePointer | None:

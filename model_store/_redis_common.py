@@ -35,9 +35,6 @@ from model_store._errors import (
 )
 from model_store._store import StoreEvent
 
-# How much of an active pointer a listing reads (a version id has 16 characters).
-POINTER_READ_BYTES = 64
-
 # Approximate number of events kept per KB stream (XADD MAXLEN ~).
 EVENTS_MAX = 10_000
 
@@ -82,10 +79,6 @@ class Keys:
     def chunks(self, kb: str, version: str) -> str:
         """The chunk keys' common start (the index follows)."""
         return f"{self.kb(kb)}:v:{version}:chunk:"
-
-    def seal_keys(self, kb: str) -> list[str]:
-        """KEYS[1..2] of the pointer read script."""
-        return [self.active(kb), self.seal(kb)]
 
     def pointer_keys(self, kb: str) -> list[str]:
         """KEYS[1..5] of the promote and rollback scripts."""

@@ -18,24 +18,20 @@ local function writable(key, want)
 end
 """
 
-# Read a pointer for a writer's sealed move: the version, at most ARGV[1] + 1 bytes of the
-# seal (a longer one is no seal) and, with ARGV[2] = '1', the seal's hash for the
-# compare-and-set. A key of another type reads as absent. Writers run scripts anyway;
-# readers (workers, which may hold a read-only ACL user) use MGET instead.
-# KEYS[1] active pointer, KEYS[2] seal of the pointer
-# Returns {version or nil, seal prefix or nil, seal hash or ''}
-READ_POINTER_LUA = (
+# Read the pointer's seal for a writer's sealed move: at most ARGV[1] + 1 bytes of it (a
+# longer one is no seal) and its hash for the compare-and-set; a key of another type reads
+# as absent. Writers run scripts anyway; readers (workers, which may hold a read-only ACL
+# user) use MGET instead.
+# KEYS[1] seal of the pointer
+# Returns {seal prefix or nil, seal hash or ''}
+READ_SEAL_LUA = (
     _SEAL_HASH_LUA
     + """
-local version = false
-if redis.call('TYPE', KEYS[1]).ok == 'string' then version = redis.call('GET', KEYS[1]) end
 local seal = false
-if redis.call('TYPE', KEYS[2]).ok == 'string' then
-    seal = redis.call('GETRANGE', KEYS[2], 0, tonumber(ARGV[1]))
+if redis.call('TYPE', KEYS[1]).ok == 'string' then
+    seal = redis.call('GETRANGE', KEYS[1], 0, tonumber(ARGV[1]))
 end
-local hash = ''
-if ARGV[2] == '1' then hash = seal_hash(KEYS[2]) end
-return {version, seal, hash}
+return {seal, seal_hash(KEYS[1])}
 """
 )
 

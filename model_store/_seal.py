@@ -33,8 +33,9 @@ from model_store._errors import ArtifactCorrupt, PointerUnsealed
 _DOMAIN = "ood-sidecar active-pointer seal v1"
 # A seal is a few hundred bytes; anything longer is not one.
 SEAL_MAX_BYTES = 4096
-# A version id has 16 characters; a pointer far longer is refused before it is quoted.
-_POINTER_MAX_CHARS = 64
+# A version id has 16 characters; a pointer far longer is refused before it is quoted, and
+# a listing reads no more of one.
+POINTER_MAX_CHARS = 64
 # How often a writer signs again when another writer moved the pointer in between.
 SEAL_TRIES = 8
 
@@ -129,6 +130,11 @@ def next_seq(key: bytes, raw: object, kb: str) -> int:
     return now_us if seq is None else max(seq + 1, now_us)
 
 
+def next_seal(key: bytes, stored: object, kb: str, version: str) -> str:
+    """The seal that moves ``kb``'s pointer to ``version``, past the ``stored`` one."""
+    return make_seal(key, kb, version, next_seq(key, stored, kb))
+
+
 def verified_pointer(
     key: bytes | None, kb: str, version: str | None, raw: str | bytes | None
 ) -> ActivePointer | None:
@@ -137,7 +143,7 @@ def verified_pointer(
     is active."""
     if version is None:
         return None
-    if len(version) > _POINTER_MAX_CHARS:
+    if len(version) > POINTER_MAX_CHARS:
         raise ArtifactCorrupt(f"KB {kb!r}: the active pointer is no version id ({_shown(version)})")
     if key is None:
         return ActivePointer(version)

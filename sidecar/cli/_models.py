@@ -102,17 +102,17 @@ def list_command(
 
 def _seal_state(store: ModelStore, kb: str) -> str:
     """Whether the active pointer's seal holds under the configured signing key."""
-    from model_store import PointerUnsealed
+    from model_store import ArtifactRejected
 
     if store.hmac_key is None:
         return "- (no signing key configured: the pointer is not checked)"
     try:
         pointer = store.active_pointer(kb)
-    except PointerUnsealed as exc:
+    except ArtifactRejected as exc:  # unsealed, or no version id at all
+        named = store.active(kb)
         return (
             f"NOT VALID: {exc}; workers refuse this pointer and keep their model (if "
-            f"{store.active(kb)} should serve, `sidecar models promote {kb} "
-            f"{store.active(kb)}` seals it)"
+            f"{named} should serve, `sidecar models promote {kb} {named}` seals it)"
         )
     return f"valid (seq {pointer.seq if pointer is not None else '-'})"
 

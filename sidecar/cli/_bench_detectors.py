@@ -19,7 +19,7 @@ from typing import Any
 import click
 import numpy as np
 
-from sidecar.cli._bench_timing import machine_facts, timeit, us_per_query
+from sidecar.bench import machine_facts, timeit, us_per_query
 from sidecar.cli._options import check_output_file, int_list
 from sidecar.cli._root import bench
 
@@ -160,7 +160,7 @@ def _kdtree_references(
     models: dict[str, Any], test: np.ndarray, repeats: int, min_time: float
 ) -> dict[str, Any]:
     """The cube's and rectangle's nearest-ID search: compiled scan vs the KD-tree."""
-    from sidecar.scoring._linf import SCANS, choose_scan
+    from sidecar.scoring import SCANS, choose_scan
 
     out: dict[str, Any] = {}
     for kind in ("epsilon_cube", "epsilon_rect"):

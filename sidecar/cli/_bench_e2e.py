@@ -116,8 +116,7 @@ def e2e(
     throughput_qps, latency_ms_p50/p99, encoder_only_qps, ratio_to_encoder,
     worker_peak_rss_mb, the per-query time split and the targets.
     """
-    from sidecar.stream._bench import run_e2e
-    from sidecar.stream._bench_report import median_report
+    from sidecar.bench import median_report, run_e2e
 
     check_output_file(json_out, "--json")
     work = workdir or Path(tempfile.mkdtemp(prefix="sidecar-bench-e2e-"))
@@ -190,7 +189,7 @@ def e2e_encoder(
     json_out: Path,
 ) -> None:
     """Encoder-only ceiling of `bench e2e` (run in a fresh process by it)."""
-    from sidecar.stream._bench import measure_encoder
+    from sidecar.bench import measure_encoder
 
     texts = json.loads(texts_file.read_text())
     report = measure_encoder(

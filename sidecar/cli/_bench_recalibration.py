@@ -4,7 +4,7 @@ Per KB of a benchmark with its own training split (CLINC150, StackExchange), a m
 trained as ``sidecar eval`` trains it; half of the KB's evaluation ID queries then
 recalibrate its threshold (``sidecar calibrate``) and the other half judges the shipped and
 the recalibrated threshold, and the other way round (see
-:mod:`sidecar.training._recalibration`).
+:mod:`sidecar.bench._recalibration`).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from sidecar.cli._root import bench
     "json_out",
     required=True,
     type=click.Path(path_type=Path),
-    help="Write the report here (e.g. tests/benchmarks/recalibration_clinc150_dev.json).",
+    help="Write the report here (e.g. benchmarks/results/recalibration_clinc150_dev.json).",
 )
 @click.option("--detector", default="combined", show_default=True, help="Detector kind.")
 @click.option("--kbs", default=None, help="Comma-separated subset of the benchmark's KBs.")
@@ -81,11 +81,13 @@ def recalibration_command(
     from threadpoolctl import threadpool_limits
     from tqdm import tqdm
 
+    from sidecar.bench import recalibration_study
+    from sidecar.encoders import available_cpus, load_encoder
     from sidecar.errors import ConfigError, DataError
-    from sidecar.scoring import available_cpus, detector_kinds, load_encoder
+    from sidecar.evaluation import load_benchmark
+    from sidecar.scoring import detector_kinds
     from sidecar.settings import load_settings
-    from sidecar.training import EmbeddingCache, load_benchmark
-    from sidecar.training._recalibration import recalibration_study
+    from sidecar.training import EmbeddingCache
 
     check_output_file(json_out, "--json")
     if detector not in detector_kinds():

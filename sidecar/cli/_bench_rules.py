@@ -130,7 +130,7 @@ def bench_rules_command(**o: Any) -> None:
 
     from tqdm.auto import tqdm
 
-    from sidecar.explain._bench import (
+    from sidecar.bench import (
         PAPER_PRUNED_SHARE,
         MemoBlackBox,
         SimulatedHotpotLLM,
@@ -140,10 +140,13 @@ def bench_rules_command(**o: Any) -> None:
         summarise,
         synthetic_table,
     )
-    from sidecar.explain._client import BlackBox, ChatCompletionsClient
-    from sidecar.explain._local import LocalSmolLM2
-    from sidecar.explain._predicates import Contains
-    from sidecar.explain._prompt import build_messages
+    from sidecar.explain import (
+        BlackBox,
+        ChatCompletionsClient,
+        Contains,
+        LocalSmolLM2,
+        build_messages,
+    )
     from sidecar.settings import load_settings
 
     # The questions are read now too, so that a bad file or an --llm-skip past its end

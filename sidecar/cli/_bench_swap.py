@@ -24,7 +24,7 @@ from sidecar.cli._root import bench
     "json_out",
     type=click.Path(path_type=Path),
     required=True,
-    help="Write the report here (e.g. tests/benchmarks/swap.json).",
+    help="Write the report here (e.g. benchmarks/results/swap.json).",
 )
 @click.option(
     "--rate",
@@ -83,9 +83,8 @@ def swap_command(
     import asyncio
     import tempfile
 
-    from sidecar.embedded import EmbeddedBroker, EmbeddedRedis, free_port
-    from sidecar.stream._swap_bench import run_swap
-    from sidecar.stream._swap_report import aggregate_runs
+    from sidecar.bench import aggregate_runs, run_swap
+    from sidecar.local import EmbeddedBroker, EmbeddedRedis, free_port
 
     logs = log_dir or Path(tempfile.mkdtemp(prefix="bench-swap-"))
     logs.mkdir(parents=True, exist_ok=True)

@@ -77,7 +77,7 @@ def train_scale_command(
     import tempfile
 
     from sidecar.cli._options import parse_features
-    from sidecar.training._job import TrainConfig, check_config
+    from sidecar.training import TrainConfig, check_config
 
     check_output_file(json_out, "--json")
     blocks = None if features == "default" else parse_features(features)

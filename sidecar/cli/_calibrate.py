@@ -122,7 +122,7 @@ def calibrate_command(**opts: Any) -> None:
             raise ConfigError("--artifact recalibrates that directory: leave out --version")
         if not opts["publish"] and (store_dir or redis_url):
             raise ConfigError("--store-dir / --redis-url name where --publish puts the model")
-        from sidecar._stores import signing_key
+        from sidecar.persistence import signing_key
 
         key = signing_key(_settings(store_dir, redis_url))
         if opts["publish"]:

@@ -111,7 +111,7 @@ def check_command(**opts: Any) -> None:
     from sidecar.cli._model_inputs import QueryEmbeddings, read_model
     from sidecar.errors import ConfigError
     from sidecar.settings import load_settings
-    from sidecar.training._holdout import Gate, holdout_figures
+    from sidecar.training import Gate, holdout_figures
 
     for kind in ("id", "ood"):
         if opts[f"{kind}_queries"] and opts[f"{kind}_embeddings"]:
@@ -221,7 +221,7 @@ def check_command(**opts: Any) -> None:
     if opts["json_out"]:
         opts["json_out"].write_text(json.dumps(report, indent=2) + "\n")
     if opts["report_dir"]:
-        from sidecar.training._holdout import write_check_report
+        from sidecar.training import write_check_report
 
         models = {"checked": model, **({"against": other[0]} if other is not None else {})}
         page = write_check_report(report, models, E_id, E_ood, opts["report_dir"])

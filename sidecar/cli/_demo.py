@@ -83,8 +83,7 @@ def demo(
         )
     use_redis = not directory_store and problem is None
 
-    from sidecar.embedded import EmbeddedBroker, free_port
-    from sidecar.stream import WorkerProcess
+    from sidecar.local import EmbeddedBroker, WorkerProcess, free_port
 
     work = workdir or Path(tempfile.mkdtemp(prefix="sidecar-demo-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -181,9 +180,9 @@ def _redis_problem(url: str, settings: Any) -> str | None:
 
 
 def _train_and_publish(settings: Any) -> tuple[str, Any]:
-    from sidecar.hotswap import open_store
-    from sidecar.scoring import SentenceTransformerEncoder
-    from sidecar.stream._demo import publish, train_demo_model
+    from sidecar.encoders import SentenceTransformerEncoder
+    from sidecar.local import publish, train_demo_model
+    from sidecar.persistence import open_store
 
     click.echo("training the demo KB model (loading the encoder) ...")
     encoder = SentenceTransformerEncoder(settings.scoring.encoder, device=settings.scoring.device)
@@ -206,7 +205,7 @@ async def _stream(
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
     from tqdm import tqdm
 
-    from sidecar.stream._demo import demo_data, training_half
+    from sidecar.local import demo_data, training_half
 
     d = demo_data()
     labelled = d.labelled()[:limit] if limit else d.labelled()

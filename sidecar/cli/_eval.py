@@ -154,12 +154,17 @@ def eval_command(
     """
     from threadpoolctl import threadpool_limits
 
+    from sidecar.encoders import available_cpus, load_encoder
     from sidecar.errors import ConfigError
-    from sidecar.scoring import available_cpus, load_encoder
+    from sidecar.evaluation import (
+        DETECTORS,
+        evaluate_benchmark,
+        load_benchmark,
+        seed_spread,
+        targets,
+    )
     from sidecar.settings import load_settings
-    from sidecar.training import EmbeddingCache, evaluate_benchmark, load_benchmark
-    from sidecar.training._evaluate import DETECTORS, seed_spread
-    from sidecar.training._targets import targets
+    from sidecar.training import EmbeddingCache
 
     check_output_file(json_out, "--json")
     if report_dir is not None:
@@ -180,8 +185,7 @@ def eval_command(
     grids = None
     if features is not None or neighbour_bank is not None:
         # the combined candidates `sidecar train` would search with the same options
-        from sidecar.training._grid import combined_grid
-        from sidecar.training._job import TrainConfig, check_config
+        from sidecar.training import TrainConfig, check_config, combined_grid
 
         if "combined" not in dets:
             raise ConfigError("--features / --neighbour-bank apply to the combined detector")
@@ -230,7 +234,7 @@ def eval_command(
     json_out.write_text(json.dumps(report, indent=2) + "\n")
     click.echo(f"wrote {json_out}")
     if report_dir is not None:
-        from sidecar.training._eval_report import write_eval_report
+        from sidecar.evaluation import write_eval_report
 
         click.echo(f"report: {write_eval_report(report, report_dir)}")
     for d, row in report["mean"].items():
@@ -260,7 +264,7 @@ def eval_report_command(json_file: Path, out_dir: Path | None) -> None:
     per query against mean AUROC; tables: the targets, the means and the p-value-vs-EVR
     differences. Reads the JSON only: nothing is re-run.
     """
-    from sidecar.training._eval_report import read_eval_json, write_eval_report
+    from sidecar.evaluation import read_eval_json, write_eval_report
 
     report = read_eval_json(json_file)
     out = out_dir or json_file.with_name(f"{json_file.stem}_report")

@@ -100,13 +100,13 @@ def explain_command(**opts: Any) -> None:
     from tqdm.auto import tqdm
 
     from sidecar.explain import (
+        BlackBox,
         ChatCompletionsClient,
         LocalSmolLM2,
         explain,
         load_sources,
         parse_predicate,
     )
-    from sidecar.explain._client import BlackBox
     from sidecar.settings import load_settings
 
     overrides = {

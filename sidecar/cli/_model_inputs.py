@@ -44,8 +44,8 @@ def read_model(
     """(artifact, version): the directory ``artifact`` (checksums verified; ``kb``, when
     given, must be its KB), else version ``ref`` of KB ``kb`` (default ``default_kb``) in
     the store of ``store_dir`` / ``redis_url`` / settings, which must exist."""
-    from sidecar._stores import signing_key
     from sidecar.errors import ConfigError
+    from sidecar.persistence import signing_key
 
     if artifact is not None:
         if store_dir or redis_url or ref != "active":
@@ -105,7 +105,7 @@ class QueryEmbeddings:
         """The rows of ``embeddings`` or the encoded texts of ``queries`` (one of them
         given; None when neither is); ``what`` names the set in messages ("ID")."""
         from sidecar.errors import DataError
-        from sidecar.training._train_inputs import load_npy
+        from sidecar.training import load_npy
 
         if embeddings is not None:
             dim = int(self.model.encoder["dim"])
@@ -124,7 +124,7 @@ class QueryEmbeddings:
 
     def _embedder(self) -> Any:
         if self._cache is None:
-            from sidecar.scoring import available_cpus, load_encoder
+            from sidecar.encoders import available_cpus, load_encoder
             from sidecar.training import EmbeddingCache
 
             enc = load_encoder(self.settings.scoring, name=self.encoder, threads=available_cpus())

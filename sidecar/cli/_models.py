@@ -272,7 +272,7 @@ def import_command(
 ) -> None:
     """Verify an artifact DIRECTORY (checksums; signature when a key is set; that its
     model loads) and store it."""
-    from sidecar._stores import signing_key
+    from sidecar.persistence import signing_key
 
     settings = _settings(store_dir, redis_url)
     # Verified before the store is opened: a rejected artifact needs no connection.

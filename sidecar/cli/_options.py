@@ -176,7 +176,7 @@ def check_publish_target(settings: Any, kb: str) -> None:
     if settings.store.backend == "directory":
         check_output_dir(Path(settings.store.directory), "store directory")
         return
-    from sidecar._stores import open_store
+    from sidecar.persistence import open_store
 
     store = open_store(settings)
     try:

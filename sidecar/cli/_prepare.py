@@ -40,8 +40,7 @@ def prepare_encoder(encoder: str | None, out_dir: str | None) -> None:
             raise ConfigError("--dir is empty; name the directory to write the export to")
         _check_writable_dir(Path(out_dir).expanduser(), "--dir")
 
-    from sidecar.scoring import available_cpus
-    from sidecar.scoring._onnx import OnnxEncoder
+    from sidecar.encoders import OnnxEncoder, available_cpus
     from sidecar.settings import load_settings
 
     scoring = load_settings().scoring

@@ -151,10 +151,9 @@ def _score(settings: Any, art: Any, version: str, values: list[bytes]) -> Any:
     """Run the worker's batch scorer once over ``values`` with the model of ``art``."""
     import asyncio
 
+    from sidecar.encoders import embed_probes, load_encoder
     from sidecar.hotswap import LoadedModel
-    from sidecar.scoring import embed_probes, load_encoder
-    from sidecar.stream._batch import BatchScorer
-    from sidecar.stream._records import InputPolicy, Raw
+    from sidecar.stream import BatchScorer, InputPolicy, Raw
 
     model = servable_model(art, refused="nothing was scored")
     kb = model.kb

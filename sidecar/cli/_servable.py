@@ -61,7 +61,7 @@ def _check_encoder(artifact: Artifact, settings: Settings, *, refused: str) -> N
     afterwards has none at all and answers every query with its fail mode.
     """
     from model_store import IncompatibleArtifact
-    from sidecar.scoring._encoder import encoder_dim, encoder_label
+    from sidecar.encoders import encoder_dim, encoder_label
 
     want = encoder_label(settings.scoring.encoder)
     got = str(artifact.encoder.get("name"))
@@ -85,8 +85,9 @@ def _check_probes(artifact: Artifact, model: Any, settings: Settings, *, refused
     as recorded (same name, other weights). Needs that encoder here: where it cannot be
     loaded, say so and leave the check to the workers, which keep their model."""
     from model_store import IncompatibleArtifact
+    from sidecar.encoders import embed_probes, load_encoder
     from sidecar.errors import EncoderMismatch, SidecarError
-    from sidecar.scoring import PROBE_TEXTS, embed_probes, load_encoder
+    from sidecar.scoring import PROBE_TEXTS
 
     if model.encoder_probes is None or tuple(model.encoder_probe_texts) != PROBE_TEXTS:
         return  # trained from embeddings, or by a release without probes

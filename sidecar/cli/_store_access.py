@@ -90,7 +90,7 @@ def _opened(settings: Settings, *, create: bool = True) -> Iterator[ModelStore]:
     or deletes, a mistyped --store-dir would list an empty store, report "no version", or
     leave a stray empty store behind.
     """
-    from sidecar._stores import open_store
+    from sidecar.persistence import open_store
 
     if not create and settings.store.backend == "directory":
         _check_store_dir(settings.store.directory)

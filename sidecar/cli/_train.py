@@ -178,11 +178,16 @@ def train_command(**opts: Any) -> None:
     from tqdm.contrib.logging import logging_redirect_tqdm
 
     from model_store import save_dir
-    from sidecar.scoring._calibration import quiet_calibration
+    from sidecar.scoring import quiet_calibration
     from sidecar.settings import load_settings
-    from sidecar.training._job import TrainConfig, check_config, parse_m_range, train
-    from sidecar.training._train_inputs import load_inputs
-    from sidecar.training._train_report import build_report
+    from sidecar.training import (
+        TrainConfig,
+        build_report,
+        check_config,
+        load_inputs,
+        parse_m_range,
+        train,
+    )
 
     overrides: dict[str, Any] = {}
     if opts["encoder"]:
@@ -325,8 +330,8 @@ def threshold_summary(metrics: dict[str, Any], target_frr: float) -> str:
 
 
 def _publish(artifact: Any, settings: Any, *, promote: bool) -> None:
-    from sidecar._stores import open_store
     from sidecar.cli._store_access import promoted_suffix
+    from sidecar.persistence import open_store
 
     store = open_store(settings)
     try:

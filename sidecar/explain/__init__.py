@@ -5,28 +5,40 @@ sources kept; a predicate judges each answer. :func:`explain` mines the minimal 
 with :class:`MonoMiner` or :class:`DualMiner` over a pruned subset lattice.
 """
 
-from sidecar.explain._agent import register_explain_agent
 from sidecar.explain._client import AnswerCache, BlackBox, ChatCompletionsClient
 from sidecar.explain._evaluate import EvaluatorStats, SubsetEvaluator
 from sidecar.explain._explain import Explanation, explain
-from sidecar.explain._fakellm import FakeChatLLM
-from sidecar.explain._lattice import RULE_TYPES, RuleType, brute_force_rules
+from sidecar.explain._lattice import (
+    RULE_TYPES,
+    RuleType,
+    brute_force_rules,
+    full_mask,
+    members,
+    to_mask,
+)
 from sidecar.explain._local import LocalSmolLM2, local_model_available
 from sidecar.explain._miner import DualMiner, FamilyResult, MiningReport, MonoMiner
-from sidecar.explain._predicates import Predicate, parse_predicate
-from sidecar.explain._prompt import Source, build_messages, load_sources
+from sidecar.explain._predicates import Contains, Predicate, parse_predicate
+from sidecar.explain._prompt import (
+    Messages,
+    Source,
+    build_messages,
+    load_sources,
+    sources_from_records,
+)
 
 __all__ = [
     "RULE_TYPES",
     "AnswerCache",
     "BlackBox",
     "ChatCompletionsClient",
+    "Contains",
     "DualMiner",
     "EvaluatorStats",
     "Explanation",
-    "FakeChatLLM",
     "FamilyResult",
     "LocalSmolLM2",
+    "Messages",
     "MiningReport",
     "MonoMiner",
     "Predicate",
@@ -36,8 +48,11 @@ __all__ = [
     "brute_force_rules",
     "build_messages",
     "explain",
+    "full_mask",
     "load_sources",
     "local_model_available",
+    "members",
     "parse_predicate",
-    "register_explain_agent",
+    "sources_from_records",
+    "to_mask",
 ]

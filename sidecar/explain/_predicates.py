@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sidecar.errors import ConfigError
 
 if TYPE_CHECKING:
+    from sidecar.encoders import Encoder
     from sidecar.explain._client import BlackBox
-    from sidecar.scoring._encoder import Encoder
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 
@@ -140,7 +140,7 @@ class Similar:
 
 
 def _default_encoder() -> Encoder:
-    from sidecar.scoring._encoder import SentenceTransformerEncoder
+    from sidecar.encoders import SentenceTransformerEncoder
 
     return SentenceTransformerEncoder()
 

@@ -23,7 +23,6 @@ default loader), ``_holder.py`` (:class:`ModelHolder`, :class:`LoadedModel`),
 ``_watcher.py`` (:class:`ModelWatcher`).
 """
 
-from sidecar._stores import open_async_store, open_store
 from sidecar.hotswap._holder import LoadedModel, ModelHolder
 from sidecar.hotswap._model import SwappableModel, warm_up
 from sidecar.hotswap._watcher import ModelWatcher
@@ -33,7 +32,5 @@ __all__ = [
     "ModelHolder",
     "ModelWatcher",
     "SwappableModel",
-    "open_async_store",
-    "open_store",
     "warm_up",
 ]

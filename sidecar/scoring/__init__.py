@@ -1,6 +1,7 @@
-"""Scoring core: encoder, KB subspace, PC selection, OOD detectors, calibration, model.
+"""Scoring core, pure numerics: KB subspace, PC selection, OOD detectors, calibration, model.
 
-No Kafka or Redis here. Score convention everywhere: **higher = more out-of-domain**;
+No encoder, store, Kafka or Redis here: it imports numpy, scipy, scikit-learn, numba and
+:mod:`sidecar.errors` only. Score convention everywhere: **higher = more out-of-domain**;
 labels are 1 for OOD and 0 for ID.
 """
 
@@ -10,6 +11,7 @@ from sidecar.scoring._base import (
     detector_class,
     detector_kinds,
     make_detector,
+    needs_ood_error,
 )
 from sidecar.scoring._baselines import (
     KNNDetector,
@@ -21,33 +23,26 @@ from sidecar.scoring._calibration import (
     DEFAULT_TARGET_FRR,
     conformal_threshold,
     min_calibration_size,
+    quiet_calibration,
     recalibrate,
-)
-from sidecar.scoring._encoder import (
-    DEFAULT_ENCODER,
-    Encoder,
-    SentenceTransformerEncoder,
-    available_cpus,
-    encoder_threads,
-    load_encoder,
 )
 from sidecar.scoring._fit import fit_ood_model
 from sidecar.scoring._geometric import EpsilonBall, EpsilonCube, EpsilonRect
 from sidecar.scoring._gmm import GMMDetector
 from sidecar.scoring._linear import CombinedDetector, LogRegDetector
+from sidecar.scoring._linf import SCANS, choose_scan
 from sidecar.scoring._model import OODModel
-from sidecar.scoring._probes import MIN_PROBE_COSINE, PROBE_TEXTS, embed_probes
+from sidecar.scoring._probes import MIN_PROBE_COSINE, PROBE_TEXTS, probe_cosines, probe_mismatch
 from sidecar.scoring._subspace import KBSubspace, select_evr, select_pvalue
 from sidecar.scoring._svm import SVMDetector
 
 __all__ = [
-    "DEFAULT_ENCODER",
     "DEFAULT_TARGET_FRR",
     "INPUT_BLOCKS",
     "MIN_PROBE_COSINE",
     "PROBE_TEXTS",
+    "SCANS",
     "CombinedDetector",
-    "Encoder",
     "EpsilonBall",
     "EpsilonCube",
     "EpsilonRect",
@@ -61,17 +56,17 @@ __all__ = [
     "OODModel",
     "ResidualDetector",
     "SVMDetector",
-    "SentenceTransformerEncoder",
-    "available_cpus",
+    "choose_scan",
     "conformal_threshold",
     "detector_class",
     "detector_kinds",
-    "embed_probes",
-    "encoder_threads",
     "fit_ood_model",
-    "load_encoder",
     "make_detector",
     "min_calibration_size",
+    "needs_ood_error",
+    "probe_cosines",
+    "probe_mismatch",
+    "quiet_calibration",
     "recalibrate",
     "select_evr",
     "select_pvalue",

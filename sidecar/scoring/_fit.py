@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from sidecar.errors import ConfigError, DataError
 from sidecar.scoring._base import make_detector, needs_ood_error
 from sidecar.scoring._calibration import DEFAULT_TARGET_FRR, conformal_threshold
-from sidecar.scoring._encoder import Encoder
 from sidecar.scoring._model import OODModel
 from sidecar.scoring._subspace import KBSubspace, select_evr, select_pvalue
 
@@ -21,7 +20,17 @@ DEFAULT_K = 128
 CALIBRATION_FRACTION = 0.3
 
 
-def _encoder_info(encoder: Encoder | Mapping[str, Any]) -> dict[str, Any]:
+class _NamedEncoder(Protocol):
+    """What fitting needs of an encoder: its name and width (no text is embedded here)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def dim(self) -> int: ...
+
+
+def _encoder_info(encoder: _NamedEncoder | Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(encoder, Mapping):
         return {"name": str(encoder["name"]), "dim": int(encoder["dim"])}
     return {"name": str(encoder.name), "dim": int(encoder.dim)}
@@ -39,7 +48,7 @@ def _rows(name: str, E: Any, dim: int, *, minimum: int = 1) -> np.ndarray:
 def fit_ood_model(
     *,
     kb: str,
-    encoder: Encoder | Mapping[str, Any],
+    encoder: _NamedEncoder | Mapping[str, Any],
     kb_embeddings: Any,
     id_embeddings: Any,
     ood_embeddings: Any = None,

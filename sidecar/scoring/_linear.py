@@ -128,7 +128,7 @@ class CombinedDetector(LogRegDetector):
         At most this many rows per bank, a subsample seeded by ``random_state``; None keeps
         every labelled training query. Scoring costs one dot product per bank row: on
         CLINC150 dev, 2,000 rows per bank scored 2.1x faster than all of them (up to 6,000
-        ID and 4,000 OOD) for -0.0002 mean AUROC (``tests/benchmarks/neighbour_bank.json``).
+        ID and 4,000 OOD) for -0.0002 mean AUROC (``benchmarks/results/neighbour_bank.json``).
     class_weight, standardize, max_iter, random_state
         As :class:`LogRegDetector`.
     """

@@ -7,12 +7,12 @@ embeddings of a few fixed probe sentences, and a worker embeds the same sentence
 encoder it runs and compares them before it installs the model. On all-MiniLM-L6-v2 the
 same weights on ONNX Runtime or with bfloat16 layers agree with torch float32 to a cosine
 of 0.99998 or more on every probe; noise of 10% of each weight tensor's spread drops it to
-0.95, pooling by the first token to 0.42 (``tests/benchmarks/encoder_probes.json``).
+0.95, pooling by the first token to 0.42 (``benchmarks/results/encoder_probes.json``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -33,11 +33,6 @@ PROBE_TEXTS: tuple[str, ...] = (
 # measured for the same weights on another backend or precision, so that no machine
 # refuses a model that is really its own.
 MIN_PROBE_COSINE = 0.995
-
-
-def embed_probes(encode: Callable[[list[str]], np.ndarray]) -> np.ndarray:
-    """The probe sentences' embeddings by ``encode`` (texts -> (n, dim)), float32."""
-    return np.asarray(encode(list(PROBE_TEXTS)), dtype=np.float32)
 
 
 def probe_cosines(recorded: np.ndarray, running: np.ndarray) -> np.ndarray:

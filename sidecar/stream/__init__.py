@@ -2,12 +2,14 @@
 
 ``create_app(settings)`` builds the worker's faust app (no module-level app or model);
 ``BatchScorer`` and ``Publisher`` are the scoring path and its output; the record shapes and
-dead-letter reason codes live in :mod:`sidecar.stream._records`.
+dead-letter reason codes live in :mod:`sidecar.stream._records`. The explanation agent
+(:func:`register_explain_agent`) wraps the rule miners of :mod:`sidecar.explain` in the
+same app.
 """
 
 from sidecar.stream._app import create_app
-from sidecar.stream._batch import STAGES, BatchOutcome, BatchScorer
-from sidecar.stream._launch import WorkerProcess, settings_env
+from sidecar.stream._batch import STAGES, BatchOutcome, BatchScorer, EncoderThread
+from sidecar.stream._explain_agent import register_explain_agent
 from sidecar.stream._metrics import StreamMetrics
 from sidecar.stream._publish import Publisher, TopicNames
 from sidecar.stream._records import (
@@ -31,6 +33,7 @@ __all__ = [
     "BatchOutcome",
     "BatchScorer",
     "DeadLetter",
+    "EncoderThread",
     "InputPolicy",
     "Publisher",
     "Query",
@@ -40,12 +43,11 @@ __all__ = [
     "StreamMetrics",
     "TopicNames",
     "Verdict",
-    "WorkerProcess",
     "bootstrap_servers",
     "create_app",
     "ensure_topics",
     "parse_query",
     "reach_brokers",
-    "settings_env",
+    "register_explain_agent",
     "sidecar_topics",
 ]

@@ -77,17 +77,18 @@ def create_app(
     """
     import faust
 
-    from sidecar.hotswap import ModelHolder, ModelWatcher, open_async_store
+    from sidecar.hotswap import ModelHolder, ModelWatcher
+    from sidecar.persistence import open_async_store
     from sidecar.stream._transport import install_low_latency_transport
     from sidecar.stream._web import register_views
 
     k, sc = settings.kafka, settings.scoring
     if sc.default_kb not in sc.kbs:
         raise ConfigError(f"scoring.default_kb {sc.default_kb!r} is not in scoring.kbs {sc.kbs}")
-    from sidecar.scoring import embed_probes
+    from sidecar.encoders import embed_probes
 
     if encoder is None:
-        from sidecar.scoring import load_encoder
+        from sidecar.encoders import load_encoder
 
         encoder = load_encoder(sc)
     holder = holder if holder is not None else ModelHolder(sc.kbs)
@@ -202,7 +203,7 @@ def create_app(
 
     if settings.explain.enabled:
         try:
-            from sidecar.explain._agent import register_explain_agent
+            from sidecar.stream._explain_agent import register_explain_agent
         except ImportError as exc:
             raise ConfigError(
                 f"explain.enabled is set but the explanation agent is unavailable: {exc}"

@@ -1,46 +1,77 @@
-"""The retraining job and the evaluation harness: datasets, embedding cache, search,
-metrics and the training report."""
+"""The retraining job: from KB documents and labelled queries to a calibrated, reported model.
+
+:func:`train` runs the job a :class:`TrainConfig` describes on :class:`TrainInputs` (read by
+:func:`load_inputs`): carve splits, search the detector grid, calibrate, and describe the
+winner; :func:`build_report` writes its report. Around it: the embedding cache, the
+search and its grid, the splits, the metrics and the release check (:func:`holdout_figures`).
+"""
 
 from sidecar.training._cache import EmbeddingCache
-from sidecar.training._datasets import (
-    BENCHMARKS,
-    KBTask,
-    load_benchmark,
-    load_clinc150,
-    load_covid,
-    load_stackexchange,
+from sidecar.training._fitting import FitProgress, fixed_fit
+from sidecar.training._grid import Candidate, combined_grid, default_grid
+from sidecar.training._holdout import Gate, holdout_figures, write_check_report
+from sidecar.training._job import (
+    TrainConfig,
+    TrainInputs,
+    TrainResult,
+    check_config,
+    parse_m_range,
+    train,
 )
-from sidecar.training._evaluate import DETECTORS, evaluate_benchmark, evaluate_task
-from sidecar.training._fitting import FitProgress
-from sidecar.training._grid import Candidate, default_grid
 from sidecar.training._jsonl import KBDocument, read_kb, read_queries
-from sidecar.training._metrics import auroc, balanced_accuracy, fpr_at_tpr, paper_accuracy
-from sidecar.training._search import SearchResult, search
-from sidecar.training._splits import TrainingSplits, carve_splits
+from sidecar.training._metrics import (
+    METRIC_KEYS,
+    auroc,
+    balanced_accuracy,
+    fpr_at_tpr,
+    paper_accuracy,
+)
+from sidecar.training._search import SearchResult, resolve_calibration, search
+from sidecar.training._splits import (
+    NEAR_DUPLICATE_COS,
+    OOD_CAL_FRACTION,
+    TrainingSplits,
+    carve_splits,
+    group_folds,
+    near_duplicate_groups,
+)
+from sidecar.training._train_inputs import load_inputs, load_npy
+from sidecar.training._train_report import build_report
 
 __all__ = [
-    "BENCHMARKS",
-    "DETECTORS",
+    "METRIC_KEYS",
+    "NEAR_DUPLICATE_COS",
+    "OOD_CAL_FRACTION",
     "Candidate",
     "EmbeddingCache",
     "FitProgress",
+    "Gate",
     "KBDocument",
-    "KBTask",
     "SearchResult",
+    "TrainConfig",
+    "TrainInputs",
+    "TrainResult",
     "TrainingSplits",
     "auroc",
     "balanced_accuracy",
+    "build_report",
     "carve_splits",
+    "check_config",
+    "combined_grid",
     "default_grid",
-    "evaluate_benchmark",
-    "evaluate_task",
+    "fixed_fit",
     "fpr_at_tpr",
-    "load_benchmark",
-    "load_clinc150",
-    "load_covid",
-    "load_stackexchange",
+    "group_folds",
+    "holdout_figures",
+    "load_inputs",
+    "load_npy",
+    "near_duplicate_groups",
     "paper_accuracy",
+    "parse_m_range",
     "read_kb",
     "read_queries",
+    "resolve_calibration",
     "search",
+    "train",
+    "write_check_report",
 ]

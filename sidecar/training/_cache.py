@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
+from sidecar.encoders import Encoder, embed_probes
 from sidecar.errors import DataError
-from sidecar.scoring._encoder import Encoder
-from sidecar.scoring._probes import PROBE_TEXTS, embed_probes, probe_cosines
+from sidecar.scoring import PROBE_TEXTS, probe_cosines
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ def _slug(name: str) -> str:
 # Stricter than a worker's MIN_PROBE_COSINE (0.995), which must never refuse a model on a
 # machine of its own weights: a cache should hold the vectors of these weights only. The
 # same weights on ONNX Runtime or in bfloat16 stay above 0.99998 on every probe; noise of
-# 1% of each weight tensor's spread gives 0.9995 (tests/benchmarks/encoder_probes.json).
+# 1% of each weight tensor's spread gives 0.9995 (benchmarks/results/encoder_probes.json).
 CACHE_MIN_PROBE_COSINE = 0.9999
 
 # Which probe sentences a folder's probe file holds: other sentences, another file.

@@ -29,8 +29,13 @@ from typing import Any
 import numpy as np
 
 from sidecar.errors import ConfigError, DataError
-from sidecar.scoring import DEFAULT_TARGET_FRR, PROBE_TEXTS, OODModel, detector_kinds
-from sidecar.scoring._linear import CombinedDetector
+from sidecar.scoring import (
+    DEFAULT_TARGET_FRR,
+    PROBE_TEXTS,
+    CombinedDetector,
+    OODModel,
+    detector_kinds,
+)
 from sidecar.training._fitting import FitProgress
 from sidecar.training._grid import MAX_DIMS, Candidate, combined_grid, default_grid
 from sidecar.training._metrics import auroc, balanced_accuracy, fpr_at_tpr, paper_accuracy

@@ -35,8 +35,7 @@ from typing import Any
 import numpy as np
 
 from sidecar.errors import ConfigError, DataError
-from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel, detector_class
-from sidecar.scoring._base import needs_ood_error
+from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel, detector_class, needs_ood_error
 from sidecar.training._cross import (
     MAX_FINALISTS,
     OutOfFold,

@@ -77,7 +77,7 @@ def load_inputs(
     width: int | None = None  # the encoder's embedding width, where it is known
     probes = None
     if docs is not None or id_texts is not None or ood_texts is not None:
-        from sidecar.scoring import available_cpus, load_encoder
+        from sidecar.encoders import available_cpus, load_encoder
         from sidecar.training._cache import EmbeddingCache
 
         # The worker's backend (ONNX Runtime under `auto`), on every CPU the job has.
@@ -94,7 +94,7 @@ def load_inputs(
         encoder: dict[str, Any] = {"name": enc.name, "dim": enc.dim}
         width = enc.dim
     else:
-        from sidecar.scoring._encoder import encoder_dim, resolve_encoder_path
+        from sidecar.encoders import encoder_dim, resolve_encoder_path
 
         assert kb_arr is not None
         encoder = {"name": resolve_encoder_path(name)[0], "dim": int(kb_arr.shape[1])}

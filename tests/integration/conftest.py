@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from sidecar.embedded import EmbeddedBroker, EmbeddedRedis
+from sidecar.local import EmbeddedBroker, EmbeddedRedis
 
 # (A pytestmark here would mark nothing: modules that use the broker or Redis mark
 # themselves `integration`; the rest of this folder needs the real encoder, not services.)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sidecar.scoring import SentenceTransformerEncoder
-from sidecar.scoring._bf16 import bf16_supported
-from sidecar.stream._demo import demo_data
+from sidecar.encoders import SentenceTransformerEncoder
+from sidecar.encoders._bf16 import bf16_supported
+from sidecar.local._demo import demo_data
 
 
 @pytest.mark.skipif(

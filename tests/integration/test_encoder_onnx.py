@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sidecar.encoders import SentenceTransformerEncoder, load_encoder
 from sidecar.errors import ConfigError
-from sidecar.scoring import SentenceTransformerEncoder, load_encoder
+from sidecar.local._demo import demo_data
 from sidecar.settings import ScoringSettings
-from sidecar.stream._demo import demo_data
 
 
 def test_onnx_backend_embeds_like_torch_and_exports_once(tmp_path: Path) -> None:
@@ -94,7 +94,7 @@ def test_a_checked_export_serves_without_importing_torch(
     # A damaged reference is not trusted: the load checks the export against torch again
     # and writes a good reference back.
     np.save(refs[0], -np.load(refs[0]), allow_pickle=False)
-    with caplog.at_level(logging.WARNING, logger="sidecar.scoring._onnx"):
+    with caplog.at_level(logging.WARNING, logger="sidecar.encoders._onnx"):
         again = load_encoder(sc)
     assert "checking it against torch" in caplog.text
     np.testing.assert_allclose(again.encode(texts), want, atol=1e-6)

@@ -8,7 +8,7 @@ from pathlib import Path
 from click.testing import CliRunner, Result
 
 from sidecar.cli import main
-from sidecar.training._evaluate import PROTOCOL_CANDIDATES
+from sidecar.evaluation._evaluate import PROTOCOL_CANDIDATES
 from sidecar.training._metrics import METRIC_KEYS
 
 

@@ -14,11 +14,13 @@ import uuid
 from typing import Any
 
 import pytest
+from support.fake_llm import FakeChatLLM
 
-from sidecar.embedded import EmbeddedBroker
-from sidecar.explain import FakeChatLLM, brute_force_rules, register_explain_agent
-from sidecar.explain._agent import BAD_PREDICATE, INVALID_JSON, TOO_MANY_SOURCES
+from sidecar.explain import brute_force_rules
+from sidecar.local import EmbeddedBroker
 from sidecar.settings import Settings, load_settings
+from sidecar.stream import register_explain_agent
+from sidecar.stream._explain_agent import BAD_PREDICATE, INVALID_JSON, TOO_MANY_SOURCES
 
 pytestmark = pytest.mark.integration
 

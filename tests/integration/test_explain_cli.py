@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from support.fake_llm import FakeChatLLM
 
 from sidecar.cli import main
-from sidecar.explain import FakeChatLLM
 
 pytestmark = pytest.mark.integration
 

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.fake_llm import FakeChatLLM
 
 from sidecar.errors import BlackBoxError, BlackBoxRefused
 from sidecar.explain import (
     ChatCompletionsClient,
-    FakeChatLLM,
     Source,
     brute_force_rules,
     explain,

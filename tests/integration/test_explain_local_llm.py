@@ -11,6 +11,7 @@ import asyncio
 
 import pytest
 
+from sidecar.bench._rules import MemoBlackBox
 from sidecar.explain import (
     LocalSmolLM2,
     Source,
@@ -20,7 +21,6 @@ from sidecar.explain import (
     local_model_available,
     parse_predicate,
 )
-from sidecar.explain._bench import MemoBlackBox
 
 pytestmark = [pytest.mark.local_llm, pytest.mark.integration]
 

@@ -24,8 +24,8 @@ from model_store import (
     RedisStore,
     StoreUnavailable,
 )
-from sidecar.embedded import EmbeddedRedis
 from sidecar.hotswap import ModelHolder, ModelWatcher
+from sidecar.local import EmbeddedRedis
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,8 @@ from click.testing import CliRunner
 
 from model_store import load_dir
 from sidecar.cli import main
-from sidecar.scoring import OODModel, load_encoder
+from sidecar.encoders import load_encoder
+from sidecar.scoring import OODModel
 from sidecar.settings import load_settings
 
 

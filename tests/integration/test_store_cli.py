@@ -13,7 +13,7 @@ from click.testing import CliRunner, Result
 
 from model_store import Artifact, DirectoryStore, ModelStore, RedisStore, build_artifact, save_dir
 from sidecar.cli import main
-from sidecar.embedded import EmbeddedRedis
+from sidecar.local import EmbeddedRedis
 from sidecar.scoring import fit_ood_model
 
 pytestmark = pytest.mark.integration

@@ -31,7 +31,7 @@ from model_store import (
     build_artifact,
     content_digest,
 )
-from sidecar.embedded import EmbeddedRedis
+from sidecar.local import EmbeddedRedis
 
 pytestmark = pytest.mark.integration
 

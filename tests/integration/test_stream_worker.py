@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from sidecar.embedded import EmbeddedBroker, EmbeddedRedis, free_port
+from sidecar.local import EmbeddedBroker, EmbeddedRedis, WorkerProcess, free_port
 from sidecar.settings import Settings, load_settings
-from sidecar.stream import WorkerProcess, ensure_topics
+from sidecar.stream import ensure_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -37,8 +37,8 @@ def store_redis() -> Iterator[EmbeddedRedis]:
 @pytest.fixture(scope="module")
 def demo_model() -> Any:
     """The demo KB model, fitted on real embeddings (the encoder loads once here)."""
-    from sidecar.scoring import SentenceTransformerEncoder
-    from sidecar.stream._demo import train_demo_model
+    from sidecar.encoders import SentenceTransformerEncoder
+    from sidecar.local._demo import train_demo_model
 
     return train_demo_model(SentenceTransformerEncoder())
 
@@ -48,8 +48,8 @@ def make_settings(
     broker: EmbeddedBroker, store_redis: EmbeddedRedis, demo_model: Any, tmp_path: Path
 ) -> Callable[..., Awaitable[Settings]]:
     """Settings for one test: its own topics and group; the demo model promoted in Redis."""
-    from sidecar.hotswap import open_store
-    from sidecar.stream._demo import publish
+    from sidecar.local._demo import publish
+    from sidecar.persistence import open_store
 
     tag = uuid.uuid4().hex[:8]
 
@@ -184,7 +184,7 @@ def ids_of(records: list[Any]) -> list[str]:
 
 def queries(n: int, prefix: str) -> tuple[list[bytes], list[bytes | None], dict[str, str]]:
     """``n`` demo queries (ID and OOD interleaved) as values, keys and id -> expected."""
-    from sidecar.stream._demo import demo_data
+    from sidecar.local._demo import demo_data
 
     labelled = demo_data().labelled()
     values, keys, expected = [], [], {}

@@ -213,7 +213,7 @@ def test_bad_path_is_one_error_line(tmp_path: Path, args: list[str]) -> None:
 @pytest.mark.slow
 def test_train_demo_kb_end_to_end(tmp_path: Path) -> None:
     """`sidecar train --out DIR` on the built-in demo KB with the real encoder."""
-    from sidecar.scoring import SentenceTransformerEncoder
+    from sidecar.encoders import SentenceTransformerEncoder
 
     out = tmp_path / "demo"
     res = CliRunner().invoke(
@@ -248,7 +248,8 @@ def test_train_demo_kb_end_to_end(tmp_path: Path) -> None:
     assert model.predict(e[1:])[0]
     # The probes were embedded by the job's backend (ONNX Runtime under `auto`); torch's
     # embeddings of them agree, and a model that recorded other ones is refused by score.
-    from sidecar.scoring import PROBE_TEXTS, embed_probes
+    from sidecar.encoders import embed_probes
+    from sidecar.scoring import PROBE_TEXTS
     from sidecar.scoring._probes import probe_cosines
 
     assert model.encoder_probe_texts == PROBE_TEXTS and model.encoder_probes is not None

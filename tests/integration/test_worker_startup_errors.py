@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from sidecar.cli import main
-from sidecar.embedded import free_port
+from sidecar.local import free_port
 
 
 @pytest.fixture

@@ -46,7 +46,7 @@ def test_prepare_encoder_refuses_an_unusable_dir_before_loading_the_model(
     monkeypatch: pytest.MonkeyPatch,
     one_error_line: Callable[[Result], str],
 ) -> None:
-    _forbid(monkeypatch, "sidecar.scoring._onnx.OnnxEncoder")
+    _forbid(monkeypatch, "sidecar.encoders.OnnxEncoder")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "afile").write_text("")
     line = one_error_line(_invoke("prepare-encoder", "--dir", "afile/sub"))
@@ -68,7 +68,7 @@ def test_prepare_encoder_leaves_no_folder_behind_from_its_check(
         seen.append(cache_dir)
         raise SidecarError("stand-in encoder")
 
-    monkeypatch.setattr("sidecar.scoring._onnx.OnnxEncoder", stand_in)
+    monkeypatch.setattr("sidecar.encoders.OnnxEncoder", stand_in)
     where = tmp_path / "new" / "sub"
     res = _invoke("prepare-encoder", "--dir", str(where))
     assert res.exit_code == 2 and "stand-in encoder" in res.stderr, res.output
@@ -91,7 +91,7 @@ def test_prepare_encoder_leaves_no_folder_behind_from_its_check(
 def test_demo_refuses_a_timeout_or_limit_that_cannot_work(
     args: list[str], words: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _forbid(monkeypatch, "sidecar.embedded.EmbeddedBroker")
+    _forbid(monkeypatch, "sidecar.local.EmbeddedBroker")
     _usage_error(_invoke("demo", "--workdir", str(tmp_path / "w"), *args), *words)
     assert not (tmp_path / "w").exists()
 
@@ -113,7 +113,7 @@ def test_demo_refuses_an_explicit_redis_url_that_does_not_answer(
     monkeypatch: pytest.MonkeyPatch,
     one_error_line: Callable[[Result], str],
 ) -> None:
-    _forbid(monkeypatch, "sidecar.embedded.EmbeddedBroker")
+    _forbid(monkeypatch, "sidecar.local.EmbeddedBroker")
     line = one_error_line(_invoke("demo", "--redis-url", url, "--workdir", str(tmp_path / "w")))
     assert message in line and "--directory-store" in line
     assert "secret" not in line
@@ -126,7 +126,7 @@ def test_demo_still_falls_back_quietly_when_the_settings_redis_does_not_answer(
     def no_broker(*_: Any, **__: Any) -> None:
         raise SidecarError("stand-in broker")
 
-    monkeypatch.setattr("sidecar.embedded.EmbeddedBroker", no_broker)
+    monkeypatch.setattr("sidecar.local.EmbeddedBroker", no_broker)
     monkeypatch.setenv("SIDECAR_REDIS__URL", "redis://127.0.0.1:1/0")
     res = _invoke("demo", "--workdir", str(tmp_path / "w"))
     assert f"model store: directory {tmp_path / 'w' / 'store'}" in res.output, res.output
@@ -160,7 +160,7 @@ def test_demo_still_falls_back_quietly_when_the_settings_redis_does_not_answer(
 def test_bench_values_that_cannot_work_are_usage_errors(
     args: list[str], words: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _forbid(monkeypatch, "sidecar.embedded.EmbeddedBroker", "subprocess.run")
+    _forbid(monkeypatch, "sidecar.local.EmbeddedBroker", "subprocess.run")
     monkeypatch.chdir(tmp_path)
     _usage_error(_invoke("bench", *args, "--json", "r.json"), *words)
     assert list(tmp_path.iterdir()) == []  # no report, no work dir
@@ -174,7 +174,7 @@ def test_bench_recalibration_says_a_data_dir_that_is_a_file_is_not_a_directory(
     monkeypatch: pytest.MonkeyPatch,
     one_error_line: Callable[[Result], str],
 ) -> None:
-    _forbid(monkeypatch, "sidecar.scoring.load_encoder")
+    _forbid(monkeypatch, "sidecar.encoders.load_encoder")
     a_file = tmp_path / "afile"
     a_file.write_text("")
     out = tmp_path / "r.json"

@@ -18,11 +18,11 @@ from click.testing import CliRunner, Result
 from model_store import DirectoryStore, build_artifact, save_dir
 from sidecar.cli import main
 from sidecar.errors import DataError
+from sidecar.evaluation._report import read_eval_json
 from sidecar.explain import load_sources
 from sidecar.explain._prompt import sources_from_records
-from sidecar.training._eval_report import read_eval_json
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 
 
 def _invoke(*args: str) -> Result:

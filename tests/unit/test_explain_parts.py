@@ -15,7 +15,11 @@ import pytest
 
 import sidecar.explain as ex
 from sidecar.errors import ConfigError, DataError
-from sidecar.explain._agent import (
+from sidecar.explain._client import AnswerCache, parse_retry_after
+from sidecar.explain._evaluate import SubsetEvaluator
+from sidecar.explain._prompt import NO_SOURCES, Source, build_messages, load_sources
+from sidecar.settings import load_settings
+from sidecar.stream._explain_agent import (
     BAD_PREDICATE,
     BAD_REQUEST,
     INVALID_JSON,
@@ -24,38 +28,38 @@ from sidecar.explain._agent import (
     dead_letter,
     parse_request,
 )
-from sidecar.explain._client import AnswerCache, parse_retry_after
-from sidecar.explain._evaluate import SubsetEvaluator
-from sidecar.explain._prompt import NO_SOURCES, Source, build_messages, load_sources
-from sidecar.settings import load_settings
 
 
 def test_public_surface_is_pinned() -> None:
     assert sorted(ex.__all__) == sorted(
         [
-            "RULE_TYPES",
             "AnswerCache",
             "BlackBox",
             "ChatCompletionsClient",
+            "Contains",
             "DualMiner",
             "EvaluatorStats",
             "Explanation",
-            "FakeChatLLM",
             "FamilyResult",
             "LocalSmolLM2",
+            "Messages",
             "MiningReport",
             "MonoMiner",
             "Predicate",
+            "RULE_TYPES",
             "RuleType",
             "Source",
             "SubsetEvaluator",
             "brute_force_rules",
             "build_messages",
             "explain",
+            "full_mask",
             "load_sources",
             "local_model_available",
+            "members",
             "parse_predicate",
-            "register_explain_agent",
+            "sources_from_records",
+            "to_mask",
         ]
     )
 
@@ -315,7 +319,7 @@ def test_request_validation_reason_codes() -> None:
 
 
 def test_requests_that_break_the_parsers_are_dead_letters_not_crashes() -> None:
-    from sidecar.explain._agent import BAD_PREDICATE, INVALID_JSON, ExplainHandler
+    from sidecar.stream._explain_agent import BAD_PREDICATE, INVALID_JSON, ExplainHandler
 
     settings = load_settings()
     k = settings.kafka
@@ -368,7 +372,7 @@ class _TableBlackBox:
 
 def test_handler_results_and_dead_letters_without_kafka() -> None:
     from sidecar.errors import BlackBoxError
-    from sidecar.explain._agent import BLACK_BOX_FAILED, EXPLAIN_FAILED, ExplainHandler
+    from sidecar.stream._explain_agent import BLACK_BOX_FAILED, EXPLAIN_FAILED, ExplainHandler
 
     settings = load_settings()
     k = settings.kafka

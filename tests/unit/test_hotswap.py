@@ -134,8 +134,6 @@ def test_public_names_are_pinned() -> None:
         "ModelHolder",
         "ModelWatcher",
         "SwappableModel",
-        "open_async_store",
-        "open_store",
         "warm_up",
     ]
 

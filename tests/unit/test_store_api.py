@@ -68,7 +68,7 @@ def test_stores_satisfy_their_protocols(tmp_path) -> None:
 
 
 def test_unreachable_redis_is_store_unavailable() -> None:
-    from sidecar.embedded import free_port
+    from sidecar.local import free_port
 
     store = RedisStore(f"redis://127.0.0.1:{free_port()}/0", socket_timeout_s=0.5)
     with pytest.raises(StoreUnavailable) as info:

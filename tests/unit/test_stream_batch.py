@@ -118,7 +118,7 @@ async def test_encoder_runs_off_the_event_loop_on_one_thread() -> None:
 
 
 def test_encoder_threads_leave_one_cpu_unless_set() -> None:
-    from sidecar.scoring import available_cpus, encoder_threads
+    from sidecar.encoders import available_cpus, encoder_threads
 
     assert available_cpus() >= 1
     assert encoder_threads(3) == 3

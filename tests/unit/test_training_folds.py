@@ -150,8 +150,8 @@ def test_splits_without_groups_are_the_seeded_permutation_as_before() -> None:
 
 
 def test_harness_groups_training_queries_and_cross_fitted_evaluation_queries() -> None:
-    from sidecar.training import KBTask
-    from sidecar.training._eval_folds import query_groups
+    from sidecar.evaluation import KBTask
+    from sidecar.evaluation._folds import query_groups
 
     E_idt, truth = _planted(20, 3, seed=4)  # 60 ID training queries, 20 groups
     E_oodt, _ = _planted(15, 2, seed=5)
@@ -172,8 +172,8 @@ def test_harness_groups_training_queries_and_cross_fitted_evaluation_queries() -
 
 
 def test_a_cross_fitted_fold_does_not_fit_the_near_copy_of_a_query_it_judges() -> None:
-    from sidecar.training import KBTask
-    from sidecar.training._eval_folds import cross_fit_training, query_groups
+    from sidecar.evaluation import KBTask
+    from sidecar.evaluation._folds import cross_fit_training, query_groups
 
     E_idt = _planted(6, 1, seed=1)[0]
     E_oodt = _planted(8, 1, seed=2)[0]

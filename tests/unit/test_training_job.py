@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from sidecar.errors import DataError
+from sidecar.evaluation._evaluate import PROTOCOL_CANDIDATES
 from sidecar.scoring import OODModel
-from sidecar.training._evaluate import PROTOCOL_CANDIDATES
 from sidecar.training._fitting import fixed_fit
 from sidecar.training._grid import Candidate, default_grid
 from sidecar.training._job import (

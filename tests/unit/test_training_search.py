@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from sidecar.errors import ConfigError, DataError
-from sidecar.training import KBTask, carve_splits, evaluate_benchmark, evaluate_task, search
+from sidecar.evaluation import KBTask, evaluate_benchmark, evaluate_task
+from sidecar.training import carve_splits, search
 from sidecar.training._grid import Candidate
 from sidecar.training._metrics import auroc
 
@@ -100,7 +101,7 @@ def test_choices_do_not_depend_on_evaluation_queries() -> None:
 def test_a_group_cache_groups_each_task_once_across_seeds(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from sidecar.training import _evaluate
+    from sidecar.evaluation import _evaluate
 
     calls = []
     real = _evaluate.query_groups
@@ -221,7 +222,7 @@ def test_auto_criterion_goes_on_with_evr_when_the_t_test_has_too_few_queries() -
 
 
 def test_protocol_fits_every_paper_detector_under_both_criteria() -> None:
-    from sidecar.training._targets import PAPER_DETECTORS, PROTOCOL_M, protocol_table
+    from sidecar.evaluation._targets import PAPER_DETECTORS, PROTOCOL_M, protocol_table
 
     res = evaluate_task(
         _task(), _emb_factory(), encoder={"name": "fake", "dim": DIM}, detectors=(), protocol=True

@@ -1,0 +1,45 @@
+"""Every ``sidecar bench ...`` measurement and its report code.
+
+Operators size deployments with these, so they ship with the product: the worker end to
+end on the embedded broker (:func:`run_e2e`), a live model swap under load
+(:func:`run_swap`), the detectors' speed, training at scale, recalibration, and the rule
+miners against brute force. Each writes a JSON report.
+"""
+
+from sidecar.bench._e2e import measure_encoder, run_e2e
+from sidecar.bench._e2e_report import median_report
+from sidecar.bench._recalibration import recalibration_study
+from sidecar.bench._rules import (
+    PAPER_PRUNED_SHARE,
+    MemoBlackBox,
+    SimulatedHotpotLLM,
+    compare_miners,
+    hotpot_record,
+    load_hotpot,
+    summarise,
+    synthetic_table,
+)
+from sidecar.bench._swap import run_swap
+from sidecar.bench._swap_report import aggregate_runs
+from sidecar.bench._timing import cpu_facts, machine_facts, timeit, us_per_query
+
+__all__ = [
+    "PAPER_PRUNED_SHARE",
+    "MemoBlackBox",
+    "SimulatedHotpotLLM",
+    "aggregate_runs",
+    "compare_miners",
+    "cpu_facts",
+    "hotpot_record",
+    "load_hotpot",
+    "machine_facts",
+    "measure_encoder",
+    "median_report",
+    "recalibration_study",
+    "run_e2e",
+    "run_swap",
+    "summarise",
+    "synthetic_table",
+    "timeit",
+    "us_per_query",
+]

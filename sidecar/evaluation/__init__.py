@@ -1,0 +1,33 @@
+"""The evaluation harness: benchmark datasets and their readers, the paper's protocol
+(cross-validated folds, seeds), targets and the evaluation report.
+
+It uses the retraining job (:mod:`sidecar.training`); training never uses it.
+"""
+
+from sidecar.evaluation._datasets import (
+    BENCHMARKS,
+    KBTask,
+    load_benchmark,
+    load_clinc150,
+    load_covid,
+    load_stackexchange,
+)
+from sidecar.evaluation._evaluate import DETECTORS, evaluate_benchmark, evaluate_task, seed_spread
+from sidecar.evaluation._report import read_eval_json, write_eval_report
+from sidecar.evaluation._targets import targets
+
+__all__ = [
+    "BENCHMARKS",
+    "DETECTORS",
+    "KBTask",
+    "evaluate_benchmark",
+    "evaluate_task",
+    "load_benchmark",
+    "load_clinc150",
+    "load_covid",
+    "load_stackexchange",
+    "read_eval_json",
+    "seed_spread",
+    "targets",
+    "write_eval_report",
+]

@@ -1,0 +1,23 @@
+"""Local parts for the demo, the benchmarks and the tests.
+
+An embedded Kafka-compatible broker and a private ``redis-server`` (child processes on free
+ports, stopped by pid), ``sidecar worker`` run as a child process configured through its
+environment, and the packaged demo KB and queries.
+"""
+
+from sidecar.local._demo import DemoData, demo_data, publish, train_demo_model, training_half
+from sidecar.local._embedded import EmbeddedBroker, EmbeddedRedis, free_port
+from sidecar.local._worker import WorkerProcess, settings_env
+
+__all__ = [
+    "DemoData",
+    "EmbeddedBroker",
+    "EmbeddedRedis",
+    "WorkerProcess",
+    "demo_data",
+    "free_port",
+    "publish",
+    "settings_env",
+    "train_demo_model",
+    "training_half",
+]

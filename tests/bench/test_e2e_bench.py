@@ -1,0 +1,110 @@
+"""Pure helpers of the end-to-end benchmark."""
+
+import math
+from typing import Any
+
+import pytest
+
+from sidecar.bench._e2e_report import TARGETS, percentile, scrape
+
+
+def test_percentile_interpolates() -> None:
+    assert percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
+    assert percentile([5.0], 0.99) == 5.0
+    assert percentile([10.0, 0.0], 1.0) == 10.0
+    assert math.isnan(percentile([], 0.5))
+
+
+def test_scrape_reads_stage_sums_and_counters() -> None:
+    page = "\n".join(
+        [
+            "# HELP sidecar_stage_seconds ...",
+            'sidecar_stage_seconds_sum{stage="encode"} 1.5',
+            'sidecar_stage_seconds_count{stage="encode"} 3.0',
+            "sidecar_records_total 120.0",
+            "sidecar_batch_size_count 4.0",
+        ]
+    )
+    assert scrape(page) == {
+        "stage_encode": 1.5,
+        "sidecar_records_total": 120.0,
+        "sidecar_batch_size_count": 4.0,
+    }
+
+
+def test_targets_are_the_issue_targets() -> None:
+    assert TARGETS == {
+        "ratio_to_encoder": 0.85,
+        "latency_ms_p99_half_rate": 50.0,
+        "worker_peak_rss_mb": 1500.0,
+    }
+
+
+def _run(ratio: float, p99_half: float, rss: float) -> dict[str, Any]:
+    return {
+        "source": "demo",
+        "batch_max": 64,
+        "batch_timeout_ms": 5,
+        "cpu_count": 2,
+        "encoder_threads": 1,
+        "queries": 100,
+        "throughput_qps": 100.0 * ratio,
+        "encoder_only_qps": 100.0,
+        "ratio_to_encoder": ratio,
+        "latency_ms_p50": 10.0,
+        "latency_ms_p99": 20.0,
+        "encoder_only_qps_all_cpus": {"threads": 2, "qps": 150.0},
+        "worker_peak_rss_mb": rss,
+        "half_rate": {
+            "rate_qps": 50.0,
+            "latency_ms_p50": 5.0,
+            "latency_ms_p99": p99_half,
+            "mean_batch_size": 3.0,
+        },
+        "time_split_ms_per_query": {"decode": 0.1, "encode": 4.0, "detect": 0.1, "produce": 0.2},
+    }
+
+
+def test_median_report_takes_medians_the_worst_rss_and_keeps_every_run() -> None:
+    from sidecar.bench._e2e_report import median_report
+
+    runs = [_run(0.80, 40.0, 700.0), _run(0.90, 60.0, 650.0), _run(0.95, 45.0, 1600.0)]
+    rep = median_report(runs)
+    assert rep["ratio_to_encoder"] == 0.9
+    assert rep["half_rate"]["latency_ms_p99"] == 45.0
+    assert rep["worker_peak_rss_mb"] == 1600.0
+    assert rep["targets"]["ratio_to_encoder"]["met"] is True
+    assert rep["targets"]["latency_ms_p99_half_rate"]["met"] is True
+    assert rep["targets"]["worker_peak_rss_mb"]["met"] is False
+    assert rep["runs"] == runs and rep["repeats"] == 3
+
+
+def test_the_ceiling_uses_the_backend_the_worker_resolved() -> None:
+    from sidecar.bench._e2e import _resolved_backend
+
+    ready = {"ready": True, "checks": {"encoder": {"ok": True, "backend": "onnx"}}}
+    assert _resolved_backend(ready, "auto") == "onnx"
+    assert _resolved_backend({"checks": {}}, "torch") == "torch"
+    with pytest.raises(RuntimeError, match="encoder backend"):
+        _resolved_backend({"checks": {}}, "auto")
+
+
+def test_clinc_bench_texts_fall_back_to_validation_and_fail_readably(tmp_path: Any) -> None:
+    import json
+
+    from sidecar.bench._e2e import bench_texts
+    from sidecar.errors import DataError
+
+    (tmp_path / "clinc150").mkdir()
+    f = tmp_path / "clinc150" / "data_full.json"
+    f.write_text(
+        json.dumps({"val": [["book a flight", "book_flight"]], "oos_val": [["hi", "oos"]]})
+    )
+    assert bench_texts("clinc", tmp_path) == ["book a flight", "hi"]
+    f.write_text(json.dumps({"test": [["x", "y"]], "val": [["book a flight", "b"]]}))
+    assert bench_texts("clinc", tmp_path) == ["x"]
+    f.write_text(json.dumps({"train": [["t", "y"]]}))
+    with pytest.raises(DataError, match="no test or val"):
+        bench_texts("clinc", tmp_path)
+    with pytest.raises(DataError, match="cannot read"):
+        bench_texts("clinc", tmp_path / "missing")

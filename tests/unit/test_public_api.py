@@ -1,0 +1,81 @@
+"""Each new package's public names are pinned: a change to one is a deliberate API change."""
+
+import importlib
+
+import pytest
+
+PUBLIC = {
+    "sidecar.encoders": [
+        "DEFAULT_ENCODER",
+        "Encoder",
+        "OnnxEncoder",
+        "SentenceTransformerEncoder",
+        "available_cpus",
+        "embed_probes",
+        "encoder_dim",
+        "encoder_label",
+        "encoder_threads",
+        "load_encoder",
+        "resolve_encoder_path",
+    ],
+    "sidecar.persistence": [
+        "open_async_store",
+        "open_store",
+        "signing_key",
+    ],
+    "sidecar.local": [
+        "DemoData",
+        "EmbeddedBroker",
+        "EmbeddedRedis",
+        "WorkerProcess",
+        "demo_data",
+        "free_port",
+        "publish",
+        "settings_env",
+        "train_demo_model",
+        "training_half",
+    ],
+    "sidecar.evaluation": [
+        "BENCHMARKS",
+        "DETECTORS",
+        "KBTask",
+        "evaluate_benchmark",
+        "evaluate_task",
+        "load_benchmark",
+        "load_clinc150",
+        "load_covid",
+        "load_stackexchange",
+        "read_eval_json",
+        "seed_spread",
+        "targets",
+        "write_eval_report",
+    ],
+    "sidecar.bench": [
+        "MemoBlackBox",
+        "PAPER_PRUNED_SHARE",
+        "SimulatedHotpotLLM",
+        "aggregate_runs",
+        "compare_miners",
+        "cpu_facts",
+        "hotpot_record",
+        "load_hotpot",
+        "machine_facts",
+        "measure_encoder",
+        "median_report",
+        "recalibration_study",
+        "run_e2e",
+        "run_swap",
+        "summarise",
+        "synthetic_table",
+        "timeit",
+        "us_per_query",
+    ],
+}
+
+
+@pytest.mark.parametrize("package", sorted(PUBLIC))
+def test_all_is_pinned_and_resolves(package: str) -> None:
+    module = importlib.import_module(package)
+    assert sorted(module.__all__) == PUBLIC[package]
+    for name in module.__all__:
+        assert getattr(module, name) is not None, name

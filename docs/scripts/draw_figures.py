@@ -1,0 +1,370 @@
+"""Draw the documentation's figures from the recorded benchmark JSON.
+
+    python docs/scripts/draw_figures.py [--results benchmarks/results] [--out docs/assets/figures]
+
+Every figure except the data-flow diagram is drawn from numbers in the recorded JSON
+files, never typed in here; each figure's caption in the docs names its source file.
+``docs/hooks.py`` calls :func:`draw_all` at every ``mkdocs build``, so the site's figures
+follow the JSON; run this script to refresh the PNGs committed under
+``docs/assets/figures/`` (the README shows them).
+
+What the JSON does not record, the figures do not show:
+
+- the evaluation JSON keeps AUROC, the FPR at 95% TPR and the rates at the calibrated
+  threshold per KB, not the ROC curves themselves, so the ROC figure plots those measured
+  operating points (two per KB and detector) and the AUROCs, not whole curves;
+- the streaming benchmark ran with one ``batch_max`` (64) and records two operating points
+  per run (saturation, where batches fill up, and half the saturation rate, where they
+  hold one or two queries), not a sweep over batch sizes;
+- the swap benchmark records, per run, how long after the promotion (and the rollback)
+  each replica installed the model and produced its first verdict with it, and the
+  latency percentiles in steady state and during the swap window, not a time series.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+from matplotlib.ticker import NullFormatter
+
+REPO = Path(__file__).resolve().parents[2]
+# benchmarks/results/ is where the recorded JSON lives; tests/benchmarks/ is its older home.
+RESULT_DIRS = (REPO / "benchmarks" / "results", REPO / "tests" / "benchmarks")
+OUT_DIR = REPO / "docs" / "assets" / "figures"
+
+DEFAULT_COLOR = "#00897b"  # the default detector (teal, as the site)
+BASELINE_COLOR = "#8e8e8e"
+ACCENT = "#3949ab"
+# No timestamps or versions in the PNG, so a redraw of the same JSON gives the same bytes.
+SAVE_KW: dict[str, Any] = {"dpi": 110, "metadata": {"Software": None}, "bbox_inches": "tight"}
+
+
+def results_dir() -> Path:
+    for candidate in RESULT_DIRS:
+        if (candidate / "swap.json").is_file():
+            return candidate
+    raise FileNotFoundError(f"no recorded benchmark JSON in {[str(d) for d in RESULT_DIRS]}")
+
+
+def _load(results: Path, name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((results / name).read_text(encoding="utf-8"))
+    return data
+
+
+# ---------------------------------------------------------------------------------------
+# The data flow (a diagram, no numbers)
+
+
+def data_flow(results: Path) -> Figure:
+    fig, ax = plt.subplots(figsize=(11, 5.2))
+    ax.set_xlim(0, 110)
+    ax.set_ylim(0, 52)
+    ax.axis("off")
+
+    def box(x: float, y: float, w: float, h: float, text: str, color: str) -> None:
+        ax.add_patch(
+            FancyBboxPatch(
+                (x, y), w, h, boxstyle="round,pad=0.6,rounding_size=1.5",
+                facecolor=color, edgecolor="#37474f", linewidth=1.1,
+            )
+        )  # fmt: skip
+        ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=9.5)
+
+    def arrow(a: tuple[float, float], b: tuple[float, float], label: str = "") -> None:
+        ax.add_patch(
+            FancyArrowPatch(a, b, arrowstyle="-|>", mutation_scale=14, color="#37474f", lw=1.2)
+        )
+        if label:
+            ax.text((a[0] + b[0]) / 2, (a[1] + b[1]) / 2 + 1.2, label, ha="center",
+                    va="bottom", fontsize=8, color="#37474f")  # fmt: skip
+
+    kafka, worker, store, job, client = "#e3f2fd", "#e0f2f1", "#fff3e0", "#f3e5f5", "#fafafa"
+    # training side (top)
+    box(2, 40, 17, 8, "KB documents\n+ labelled queries", client)
+    box(30, 40, 24, 8, "sidecar train\nembed → PCA → PCs →\ndetector → calibrate", job)
+    box(66, 40, 22, 8, "model store (Redis)\nversions · active pointer\n· event stream", store)
+    box(93, 40, 15, 8, "sidecar check /\nmodels promote", job)
+    arrow((21, 44), (29, 44))
+    arrow((55, 44), (65, 44), "publish")
+    arrow((92, 44), (89, 44))
+    # serving side (middle)
+    box(2, 20, 17, 8, "RAG front end", client)
+    box(27, 20, 16, 8, "Kafka\nqueries", kafka)
+    box(
+        50,
+        18,
+        27,
+        12,
+        "sidecar worker(s)\nmicro-batch: decode → embed\n→ project → detect\n→ stamp model version",
+        worker,
+    )
+    box(85, 24, 21, 7, "Kafka verdicts\n(+ ID / OOD topics)", kafka)
+    box(85, 13, 21, 7, "Kafka dead letters\n(payload, reason, offset)", kafka)
+    arrow((20, 24), (26, 24))
+    arrow((44, 24), (49, 24))
+    arrow((78, 26), (84, 27.5))
+    arrow((78, 21), (84, 16.5))
+    arrow((77, 39), (68, 31))
+    ax.text(74, 34.5, "hot-swap, every replica", fontsize=8, color="#37474f")
+    # explanations (bottom)
+    box(2, 2, 17, 7, "explanation\nrequests", client)
+    box(27, 2, 16, 7, "Kafka\naudit topic", kafka)
+    box(51, 2, 24, 7, "rule miner\n(black-box LLM over\nsource subsets)", worker)
+    box(85, 2, 21, 7, "Kafka\nexplanation results", kafka)
+    arrow((20, 5.5), (26, 5.5))
+    arrow((44, 5.5), (50, 5.5))
+    arrow((76, 5.5), (84, 5.5))
+    ax.set_title("How a query and a model travel", fontsize=12, loc="left")
+    return fig
+
+
+# ---------------------------------------------------------------------------------------
+# Hot-swap timeline (swap.json)
+
+
+def hot_swap_timeline(results: Path) -> Figure:
+    swap = _load(results, "swap.json")
+    runs = [r for r in swap["runs"] if isinstance(r, dict)]
+    fig, (ax, lat) = plt.subplots(1, 2, figsize=(11.5, 4.2), gridspec_kw={"width_ratios": [2.1, 1]})
+    rows: list[str] = []
+    y = 0
+    for i, run in enumerate(runs, start=1):
+        for event in ("promote", "rollback"):
+            rec = run["swap_latency_ms"][event]
+            for replica in sorted(rec["first_verdict_per_replica"]):
+                installed = rec["installed_per_replica"][replica]
+                first = rec["first_verdict_per_replica"][replica]
+                ax.plot([0, installed], [y, y], color="#cfd8dc", lw=5, solid_capstyle="butt")
+                ax.plot([installed, first], [y, y], color=ACCENT, lw=5, alpha=0.35,
+                        solid_capstyle="butt")  # fmt: skip
+                ax.plot(installed, y, "o", color=DEFAULT_COLOR, ms=6)
+                ax.plot(first, y, "D", color=ACCENT, ms=6)
+                rows.append(f"run {i} {event}, {replica}")
+                y += 1
+            y += 0.6
+    target = float(swap["targets"]["swap_latency_ms"])
+    ax.axvline(target, color="#c62828", ls="--", lw=1)
+    ax.text(target, -0.9, f"target {target:.0f} ms", color="#c62828", ha="right", fontsize=8)
+    ticks = []
+    pos = 0.0
+    for _i in range(len(runs)):
+        for _event in ("promote", "rollback"):
+            n = len(runs[0]["swap_latency_ms"]["promote"]["first_verdict_per_replica"])
+            ticks.extend(pos + k for k in range(n))
+            pos += n + 0.6
+    ax.set_yticks(ticks[: len(rows)], rows, fontsize=7.5)
+    ax.invert_yaxis()
+    ax.set_xlabel("ms after the pointer moved")
+    ax.set_title(
+        "Every replica switches: ● model installed, ◆ first verdict with it", fontsize=10,
+        loc="left",
+    )  # fmt: skip
+    ax.grid(axis="x", alpha=0.3)
+
+    labels = [f"run {i}" for i in range(1, len(runs) + 1)]
+    xs = range(len(runs))
+    width = 0.2
+    series = (
+        ("p50 steady", "p50_latency_ms_steady", "#b2dfdb"),
+        ("p50 during swap", "p50_latency_ms_during_swap", DEFAULT_COLOR),
+        ("p99 steady", "p99_latency_ms_steady", "#c5cae9"),
+        ("p99 during swap", "p99_latency_ms_during_swap", ACCENT),
+    )
+    for k, (label, key, color) in enumerate(series):
+        lat.bar([x + (k - 1.5) * width for x in xs], [r[key] for r in runs], width,
+                label=label, color=color)  # fmt: skip
+    lat.set_xticks(list(xs), labels)
+    lat.set_ylabel("query latency, ms")
+    lat.set_title("Latency does not jump during the swap", fontsize=10, loc="left")
+    lat.legend(fontsize=7.5, loc="lower right")
+    lat.grid(axis="y", alpha=0.3)
+    cfg = swap["config"]
+    fig.suptitle(
+        f"Hot-swap, {cfg['replicas']} replicas, {cfg['partitions']} partitions, "
+        f"{cfg['rate_qps']:.0f} queries/s (swap.json)",
+        fontsize=11, x=0.01, ha="left",
+    )  # fmt: skip
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------------------------------
+# Throughput and latency against batch size (e2e*.json, detectors.json)
+
+E2E_FILES = (
+    ("e2e.json", "2 vCPU, ONNX (e2e.json)"),
+    ("e2e_torch.json", "2 vCPU, torch (e2e_torch.json)"),
+    ("e2e_epyc_avx2.json", "EPYC AVX2, ONNX (e2e_epyc_avx2.json)"),
+    ("e2e_xeon_avx512.json", "Xeon AVX-512, ONNX (e2e_xeon_avx512.json)"),
+)
+
+
+def batch_size(results: Path) -> Figure:
+    fig, (enc, p99, det) = plt.subplots(1, 3, figsize=(13.5, 4.2))
+    markers = "osD^"
+    for (name, label), marker in zip(E2E_FILES, markers, strict=True):
+        if not (results / name).is_file():
+            continue
+        runs = [r for r in _load(results, name)["runs"] if isinstance(r, dict)]
+        xs, ys, lx, ly = [], [], [], []
+        for r in runs:
+            half = r["half_rate"]
+            xs += [half["mean_batch_size"], r["mean_batch_size_saturation"]]
+            ys += [
+                1000.0 / half["time_split_ms_per_query"]["encode"],
+                1000.0 / r["time_split_ms_per_query"]["encode"],
+            ]
+            lx.append(half["mean_batch_size"])
+            ly.append(half["latency_ms_p99"])
+        enc.scatter(xs, ys, marker=marker, label=label, s=28, alpha=0.8)
+        p99.scatter(lx, ly, marker=marker, label=label, s=28, alpha=0.8)
+    enc.set_xscale("log")
+    enc.set_xticks([1, 2, 4, 8, 16, 32, 64], ["1", "2", "4", "8", "16", "32", "64"])
+    enc.xaxis.set_minor_formatter(NullFormatter())
+    enc.set_xlabel("mean queries per micro-batch")
+    enc.set_ylabel("queries/s one encoder thread embeds")
+    enc.set_title("Batches make the encoder cheaper per query", fontsize=10, loc="left")
+    enc.legend(fontsize=7)
+    enc.grid(alpha=0.3)
+    p99.axhline(50, color="#c62828", ls="--", lw=1)
+    p99.text(p99.get_xlim()[0], 51, " target p99 ≤ 50 ms", color="#c62828", fontsize=8)
+    p99.set_xlabel("mean queries per micro-batch at half the saturation rate")
+    p99.set_ylabel("p99 latency, ms")
+    p99.set_title("Tail latency at half load", fontsize=10, loc="left")
+    p99.grid(alpha=0.3)
+
+    detectors = _load(results, "detectors.json")["detectors"]
+    names = sorted(detectors, key=lambda n: detectors[n]["model_us_per_query_batch256"])
+    b1 = [detectors[n]["model_us_per_query_batch1"] for n in names]
+    b256 = [detectors[n]["model_us_per_query_batch256"] for n in names]
+    yy = range(len(names))
+    det.barh([y + 0.2 for y in yy], b1, 0.4, label="batch 1", color="#c5cae9")
+    det.barh([y - 0.2 for y in yy], b256, 0.4, label="batch 256", color=DEFAULT_COLOR)
+    det.set_yticks(list(yy), names, fontsize=8)
+    det.set_xscale("log")
+    det.xaxis.set_minor_formatter(NullFormatter())
+    det.set_xticks([1, 2, 5, 10, 20, 50], ["1", "2", "5", "10", "20", "50"])
+    det.set_xlabel("µs per query from the embedding (detectors.json)")
+    det.set_title("Detector cost, batch 1 against 256", fontsize=10, loc="left")
+    det.legend(fontsize=7.5)
+    det.grid(axis="x", alpha=0.3)
+    fig.suptitle(
+        "Throughput and latency against batch size (each run records two operating points;"
+        " batch_max was 64 throughout)",
+        fontsize=10.5, x=0.01, ha="left",
+    )  # fmt: skip
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------------------------------
+# ROC: the default detector against max-cosine (eval_*_dev.json)
+
+EVAL_FILES = (
+    ("eval_clinc150_dev.json", "CLINC150 (10 KBs)"),
+    ("eval_stackexchange_dev.json", "StackExchange (8 KBs)"),
+    ("eval_covid_dev.json", "covid"),
+)
+DETECTORS = (("combined", "combined (default)", DEFAULT_COLOR), ("max_cosine", "max-cosine",
+                                                                   BASELINE_COLOR))  # fmt: skip
+
+
+def roc(results: Path) -> Figure:
+    fig, axes = plt.subplots(2, 3, figsize=(13, 8.2))
+    for col, (name, title) in enumerate(EVAL_FILES):
+        data = _load(results, name)
+        top, bottom = axes[0][col], axes[1][col]
+        for key, label, color in DETECTORS:
+            fpr95 = [kb[key]["fpr_at_95tpr"] for kb in data["kbs"].values()]
+            frr = [kb[key]["false_reject_rate"] for kb in data["kbs"].values()]
+            tpr_cal = [1 - kb[key]["ood_accept_rate"] for kb in data["kbs"].values()]
+            mean_auc = data["mean"][key]["auroc"]
+            top.scatter(fpr95, [0.95] * len(fpr95), marker="|", s=160, color=color, lw=2)
+            top.scatter(frr, tpr_cal, marker="o", s=34, color=color,
+                        label=f"{label}, mean AUROC {mean_auc:.4f}")  # fmt: skip
+        top.plot([0, 1], [0, 1], color="#bdbdbd", lw=0.8, ls=":")
+        top.set_xlim(-0.01, 0.35)
+        top.set_ylim(0.5, 1.005)
+        top.set_xlabel("false-positive rate (in-domain refused)")
+        if col == 0:
+            top.set_ylabel("true-positive rate (OOD caught)")
+        top.set_title(title, fontsize=10, loc="left")
+        top.legend(fontsize=7.5, loc="lower right")
+        top.grid(alpha=0.3)
+
+        kbs = list(data["kbs"])
+        xs = range(len(kbs))
+        for k, (key, label, color) in enumerate(DETECTORS):
+            bottom.bar([x + (k - 0.5) * 0.38 for x in xs],
+                       [data["kbs"][kb][key]["auroc"] for kb in kbs], 0.38,
+                       label=label, color=color)  # fmt: skip
+        low = min(data["kbs"][kb][key]["auroc"] for kb in kbs for key, _, _ in DETECTORS)
+        bottom.set_ylim(max(0.0, low - 0.01), 1.0005)
+        bottom.set_xticks(list(xs), kbs, rotation=45, ha="right", fontsize=7.5)
+        if col == 0:
+            bottom.set_ylabel("AUROC per KB")
+        bottom.grid(axis="y", alpha=0.3)
+    fig.suptitle(
+        "Default detector against max-cosine on the dev splits. Top: measured ROC points per KB"
+        " (| at 95% TPR, ● at the calibrated threshold); the JSON keeps no full curves. "
+        "Bottom: AUROC per KB.",
+        fontsize=9.5, x=0.01, ha="left",
+    )  # fmt: skip
+    fig.tight_layout()
+    return fig
+
+
+FIGURES: dict[str, Callable[[Path], Figure]] = {
+    "data-flow.png": data_flow,
+    "hot-swap-timeline.png": hot_swap_timeline,
+    "batch-size.png": batch_size,
+    "roc-default-vs-max-cosine.png": roc,
+}
+
+
+def render(results: Path | None = None) -> dict[str, bytes]:
+    """Each figure's PNG bytes, drawn from ``results`` (the recorded JSON)."""
+    import io
+
+    results = results or results_dir()
+    out: dict[str, bytes] = {}
+    for name, draw in FIGURES.items():
+        fig = draw(results)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", **SAVE_KW)
+        plt.close(fig)
+        out[name] = buf.getvalue()
+    return out
+
+
+def draw_all(results: Path | None = None, out_dir: Path = OUT_DIR) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, png in render(results).items():
+        path = out_dir / name
+        path.write_bytes(png)
+        written.append(path)
+    return written
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--results", type=Path, default=None, help="folder of the JSON files")
+    parser.add_argument("--out", type=Path, default=OUT_DIR, help="where the PNGs go")
+    args = parser.parse_args()
+    for path in draw_all(args.results, args.out):
+        print(path)
+
+
+if __name__ == "__main__":
+    main()

@@ -36,6 +36,8 @@ SENTINEL = "s3ntinel-Secret-Value-7f1e"
 ALL_ON: dict[str, Any] = {
     "secret": {"create": True, "data": {"redis__password": SENTINEL, "store__hmac_key": SENTINEL}},
     "serviceMonitor": {"enabled": True, "labels": {"release": "prom"}},
+    "grafanaDashboard": {"enabled": True},
+    "prometheusRule": {"enabled": True, "labels": {"release": "prom"}},
     "autoscaling": {"enabled": True, "minReplicas": 2, "maxReplicas": 4},
     "networkPolicy": {
         "enabled": True,

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.deploy
 
 # Oldest supported (Chart.yaml kubeVersion) and the newest the validator knows.
 KUBE_VERSIONS = ("1.27.0", "latest")
-CRD_KINDS = {"ServiceMonitor"}  # no upstream schema: checked structurally below
+CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}  # no upstream schema: checked structurally
 
 
 def _validate_all(docs: Manifests, versions: tuple[str, ...] = KUBE_VERSIONS) -> None:
@@ -63,6 +63,7 @@ def test_all_optional_features_render_and_validate(render: Any) -> None:
         "NetworkPolicy",
         "Secret",
         "ServiceMonitor",
+        "PrometheusRule",
     } <= kinds
     _validate_all(docs)
     # The HPA owns the replica count.
@@ -261,8 +262,8 @@ def test_config_change_rolls_the_pods(render: Any) -> None:
     assert checksum(None) != checksum({"scoring": {"kbs": ["default", "billing"]}})
 
 
-def test_values_shown_in_the_deploy_readme_install(render: Any) -> None:
-    readme = (CHART_DIR.parents[1] / "README.md").read_text()
+def test_values_shown_in_the_deployment_guide_install(render: Any) -> None:
+    readme = (CHART_DIR.parents[2] / "docs" / "operations" / "deployment.md").read_text()
     blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", readme, re.S)]
     assert len(blocks) >= 2
     merged: dict[str, Any] = {}

@@ -53,7 +53,7 @@ def test_onnx_backend_refuses_bfloat16() -> None:
 _RELOAD = """
 import json, sys
 import numpy as np
-from sidecar.scoring import load_encoder
+from sidecar.encoders import load_encoder
 from sidecar.settings import ScoringSettings
 prebuilt = sys.argv[3] if len(sys.argv) > 3 else None
 enc = load_encoder(ScoringSettings(encoder_backend="onnx", encoder_threads=1,

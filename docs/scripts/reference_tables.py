@@ -195,13 +195,14 @@ def settings_markdown(settings_cls: type[BaseModel], heading_level: int = 2) -> 
         if doc:
             out.append(" ".join(doc.split()))
             out.append("")
-        out.append("| setting | environment variable | type | default | description |")
-        out.append("|---|---|---|---|---|")
+        out.append("| setting and environment variable | type | default | description |")
+        out.append("|---|---|---|---|")
         for r in rows:
             desc = _cell(r.description)
             if r.secret:
                 desc += f" Secret: also read from the file `{r.secret_file}`."
-            cells = (f"`{r.path}`", f"`{r.env}`", _cell(r.type), _cell(r.default), desc.strip())
+            name = f"`{r.path}`<br>`{r.env}`"
+            cells = (name, _cell(r.type), _cell(r.default), desc.strip())
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
     return "\n".join(out)

@@ -29,7 +29,6 @@ batch overlaps the encoding of the next.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import tempfile
@@ -39,6 +38,7 @@ from typing import TYPE_CHECKING, Any, cast
 from sidecar.errors import ConfigError, StreamHalted
 from sidecar.settings import Settings
 from sidecar.stream._batcher import MicroBatcher
+from sidecar.stream._halt import stop_without_waiting
 from sidecar.stream._publish import Headers, Publisher, TopicNames
 from sidecar.stream._runtime import Runtime, freeze_startup_heap
 
@@ -62,8 +62,8 @@ def create_app(
     settings : Settings
         The process settings (Kafka, store, scoring, web, explain sections are used).
     encoder : Encoder, optional
-        Sentence encoder; default: ``SentenceTransformerEncoder(settings.scoring.encoder)``
-        (loads the model now, about 10 s).
+        Sentence encoder; default: ``load_encoder(settings.scoring)`` (loads the model now,
+        seconds).
     holder : ModelHolder, optional
         Active model per KB; default: a new ``ModelHolder(settings.scoring.kbs)``.
     store : AsyncModelStore, optional
@@ -75,24 +75,41 @@ def create_app(
         Run it with ``faust.Worker(app, ...)`` (see ``sidecar worker``). The runtime state
         is reachable as ``app.sidecar`` (tests, views).
     """
-    import faust
-
-    from sidecar.hotswap import ModelHolder, ModelWatcher
-    from sidecar.persistence import open_async_store
     from sidecar.stream._transport import install_low_latency_transport
     from sidecar.stream._web import register_views
 
-    k, sc = settings.kafka, settings.scoring
+    sc = settings.scoring
     if sc.default_kb not in sc.kbs:
         raise ConfigError(f"scoring.default_kb {sc.default_kb!r} is not in scoring.kbs {sc.kbs}")
-    from sidecar.encoders import embed_probes
+    owns_store = store is None
+    rt = _runtime(settings, encoder=encoder, holder=holder, store=store)
+    app = _faust_app(settings)
+    app.sidecar = rt  # type: ignore[attr-defined]
+    install_low_latency_transport(app, settings.kafka.fetch_max_wait_ms)
+    queries = _wire_topics(app, rt, settings)
 
+    def stop_after_halt(reason: str) -> None:
+        stop_without_waiting(app, StreamHalted(reason))
+
+    rt.on_halt = stop_after_halt
+    app.agent(queries, name="sidecar.score", concurrency=1)(_score_agent(rt, settings))
+    app.service(cast(Any, _watcher_service(rt, close_store=owns_store)))
+    register_views(app, rt)
+    if settings.explain.enabled:
+        _register_explain_agent(app, settings)
+    return app
+
+
+def _runtime(settings: Settings, *, encoder: Any, holder: Any, store: Any) -> Runtime:
+    """The worker's runtime: encoder, model holder, store and the watcher that swaps models."""
+    from sidecar.encoders import embed_probes, load_encoder
+    from sidecar.hotswap import ModelHolder, ModelWatcher
+    from sidecar.persistence import open_async_store
+
+    sc = settings.scoring
     if encoder is None:
-        from sidecar.encoders import load_encoder
-
         encoder = load_encoder(sc)
     holder = holder if holder is not None else ModelHolder(sc.kbs)
-    owns_store = store is None
     store = store if store is not None else open_async_store(settings)
     watcher = ModelWatcher(
         store,
@@ -101,9 +118,15 @@ def create_app(
         encoder_probes=embed_probes(encoder.encode),
         poll_interval_s=settings.store.poll_interval_s,
     )
-    rt = Runtime(settings, encoder=encoder, holder=holder, store=store, watcher=watcher)
+    return Runtime(settings, encoder=encoder, holder=holder, store=store, watcher=watcher)
 
-    app = faust.App(
+
+def _faust_app(settings: Settings) -> faust.App:
+    """The faust app itself: broker, at-least-once, timeouts, and the HTTP server."""
+    import faust
+
+    k = settings.kafka
+    return faust.App(
         k.app_id,
         broker=k.brokers,
         autodiscover=False,
@@ -135,9 +158,11 @@ def create_app(
         web_metrics_enabled=False,
         debug=False,
     )
-    app.sidecar = rt  # type: ignore[attr-defined]
-    install_low_latency_transport(app, k.fetch_max_wait_ms)
 
+
+def _wire_topics(app: faust.App, rt: Runtime, settings: Settings) -> Any:
+    """Declare the raw-bytes topics, give the runtime its publisher; the queries topic."""
+    k = settings.kafka
     raw: dict[str, Any] = {
         "key_type": bytes,
         "value_type": bytes,
@@ -168,11 +193,12 @@ def create_app(
             ood=k.ood_topic if k.route_topics else None,
         ),
     )
+    return queries
 
-    def stop_after_halt(reason: str) -> None:
-        stop_without_waiting(app, StreamHalted(reason))
 
-    rt.on_halt = stop_after_halt
+def _score_agent(rt: Runtime, settings: Settings) -> Any:
+    """The scoring agent: hold each event, micro-batch, score, publish, then release."""
+    sc = settings.scoring
 
     async def score(stream: Any) -> None:
         await rt.warm_up()
@@ -197,33 +223,17 @@ def create_app(
             with contextlib.suppress(StreamHalted):
                 await rt.drain()
 
-    app.agent(queries, name="sidecar.score", concurrency=1)(score)
-    app.service(cast(Any, _watcher_service(rt, close_store=owns_store)))
-    register_views(app, rt)
-
-    if settings.explain.enabled:
-        try:
-            from sidecar.stream._explain_agent import register_explain_agent
-        except ImportError as exc:
-            raise ConfigError(
-                f"explain.enabled is set but the explanation agent is unavailable: {exc}"
-            ) from exc
-        register_explain_agent(app, settings)
-    return app
+    return score
 
 
-_STOPPING: list[asyncio.Future[None]] = []
-
-
-def stop_without_waiting(app: Any, reason: BaseException) -> None:
-    """Crash ``app`` (the worker exits non-zero) without waiting for held records.
-
-    Held records are never acked, so faust must not wait for them on the way out (it would,
-    for ever): their offsets stay uncommitted and the next owner of the partitions reads
-    them again.
-    """
-    app.conf.stream_wait_empty = False
-    _STOPPING.append(asyncio.ensure_future(app.crash(reason)))
+def _register_explain_agent(app: faust.App, settings: Settings) -> None:
+    try:
+        from sidecar.stream._explain_agent import register_explain_agent
+    except ImportError as exc:
+        raise ConfigError(
+            f"explain.enabled is set but the explanation agent is unavailable: {exc}"
+        ) from exc
+    register_explain_agent(app, settings)
 
 
 def _watcher_service(rt: Runtime, *, close_store: bool) -> Any:

@@ -229,7 +229,7 @@ def register_explain_agent(
     handler = ExplainHandler(settings, black_box)
 
     async def explain_requests(stream: Any) -> None:
-        from sidecar.stream._app import stop_without_waiting
+        from sidecar.stream._halt import stop_without_waiting
 
         async for event in stream.events():
             msg = event.message

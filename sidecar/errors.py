@@ -5,6 +5,7 @@
     SidecarError                    root; ``retryable`` says whether trying again can help
     ├── ConfigError                 settings or command-line options that cannot work
     ├── DataError                   an input file (KB, queries, sources) is missing or malformed
+    │   └── InvalidModelState       a model's or detector's saved state cannot be rebuilt
     ├── NotFittedError              a detector or subspace was used before ``fit``
     ├── EncoderMismatch             embeddings from another encoder than the model was built with
     ├── ModelNotLoaded              no active model for a KB the sidecar serves
@@ -34,6 +35,12 @@ class ConfigError(SidecarError):
 
 class DataError(SidecarError):
     """An input file is missing, unreadable or has the wrong shape."""
+
+
+class InvalidModelState(DataError):
+    """A model's or detector's saved state (parameters and arrays) cannot be rebuilt: an
+    unknown detector kind, a missing array, or parts that do not fit together. The store
+    layer reports it as ``model_store.IncompatibleArtifact``."""
 
 
 class NotFittedError(SidecarError, AttributeError):

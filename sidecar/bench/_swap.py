@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.bench._swap_report import swap_report
+from sidecar.persistence import model_to_artifact
 
 _TOPICS = ("q", "v", "dlq")
 _QUERIES = (
@@ -51,7 +52,7 @@ def _models(kb: str) -> tuple[Any, Any, dict[str, Any]]:
                 seed=seed,
             )
         )
-    return out[0].to_artifact(), out[1].to_artifact(), enc
+    return model_to_artifact(out[0]), model_to_artifact(out[1]), enc
 
 
 async def run_swap(

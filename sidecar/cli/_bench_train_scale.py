@@ -108,7 +108,6 @@ def _train_scale(
 
     from model_store import load_dir
     from sidecar.errors import SidecarError
-    from sidecar.scoring import OODModel
 
     rng = np.random.default_rng(0)
     basis = rng.normal(size=(48, dim))  # the KB topic lives near a 48-dim subspace
@@ -157,7 +156,9 @@ def _train_scale(
             why = lines[-1] if lines else f"exit status {child.returncode}"
             raise SidecarError(f"training the {n}-document KB failed: {why}")
         stats = json.loads((d / "stats.json").read_text())
-        model = OODModel.from_artifact(load_dir(d / "model"))
+        from sidecar.persistence import model_from_artifact
+
+        model = model_from_artifact(load_dir(d / "model"))
         q = id_like(256)
         times = []
         with threadpool_limits(limits=1):

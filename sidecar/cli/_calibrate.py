@@ -145,7 +145,9 @@ def calibrate_command(**opts: Any) -> None:
     target = opts["target_frr"] or float(model.params.get("target_frr") or DEFAULT_TARGET_FRR)
     new = recalibrate(model, E, target)
     old = new.metrics["recalibrated_from"]
-    artifact = new.to_artifact()
+    from sidecar.persistence import model_to_artifact
+
+    artifact = model_to_artifact(new)
     if old.get("threshold_rule") == "balanced":
         click.echo(
             "note: the source threshold was chosen by the balanced rule; the new one is the "

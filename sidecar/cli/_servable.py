@@ -30,11 +30,10 @@ def servable_model(artifact: Artifact, *, refused: str, workers: Settings | None
     ("nothing was imported").
     """
     from model_store import ArtifactRejected, IncompatibleArtifact
-    from sidecar.hotswap import warm_up
-    from sidecar.scoring import OODModel  # numpy and scikit-learn; only when needed
+    from sidecar.persistence import model_from_artifact, warm_up  # numpy, scikit-learn
 
     try:
-        model = OODModel.from_artifact(artifact)
+        model = model_from_artifact(artifact)
         warm_up(model, int(model.encoder["dim"]))
     except ArtifactRejected as exc:
         raise IncompatibleArtifact(

@@ -240,7 +240,9 @@ def train_command(**opts: Any) -> None:
         result = train(inputs, cfg, tick=stage, fits=_FitBar(bar))
         bar.total = bar.n  # planned fits that a dropped finalist never ran
         stage("artifact")
-        artifact = result.model.to_artifact()
+        from sidecar.persistence import model_to_artifact
+
+        artifact = model_to_artifact(result.model)
         out = save_dir(artifact, opts["out"])
         stale = out / "report"  # an earlier run's report would describe another model
         if (stale / "report.md").is_file():

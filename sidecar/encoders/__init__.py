@@ -12,13 +12,11 @@ from sidecar.encoders._encoder import (
     DEFAULT_ENCODER,
     Encoder,
     SentenceTransformerEncoder,
-    available_cpus,
     encoder_dim,
     encoder_label,
-    encoder_threads,
-    load_encoder,
     resolve_encoder_path,
 )
+from sidecar.encoders._load import available_cpus, encoder_threads, load_encoder
 from sidecar.encoders._onnx import OnnxEncoder
 from sidecar.encoders._probes import embed_probes
 

@@ -24,7 +24,7 @@ default loader), ``_holder.py`` (:class:`ModelHolder`, :class:`LoadedModel`),
 """
 
 from sidecar.hotswap._holder import LoadedModel, ModelHolder
-from sidecar.hotswap._model import SwappableModel, warm_up
+from sidecar.hotswap._model import SwappableModel
 from sidecar.hotswap._watcher import ModelWatcher
 
 __all__ = [
@@ -32,5 +32,4 @@ __all__ = [
     "ModelHolder",
     "ModelWatcher",
     "SwappableModel",
-    "warm_up",
 ]

@@ -22,13 +22,8 @@ from model_store import (
     StoreUnavailable,
 )
 from sidecar.hotswap._holder import LoadedModel, ModelHolder
-from sidecar.hotswap._model import (
-    ModelLoader,
-    SwappableModel,
-    check_threshold,
-    default_loader,
-    warm_up,
-)
+from sidecar.hotswap._model import ModelLoader, SwappableModel, default_loader
+from sidecar.persistence import check_threshold, warm_up
 
 # The package's logger, as before hotswap became a package: log lines keep its name.
 log = logging.getLogger("sidecar.hotswap")

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from sidecar.errors import DataError
+from sidecar.persistence import model_to_artifact
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +106,7 @@ def train_demo_model(
 
 def publish(store: Any, model: Any) -> str:
     """Put ``model``'s artifact in ``store`` and promote it; returns the version."""
-    artifact = model.to_artifact()
+    artifact = model_to_artifact(model)
     version = store.put(artifact)
     store.promote(model.kb, version)
     return str(version)

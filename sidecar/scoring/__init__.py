@@ -33,6 +33,7 @@ from sidecar.scoring._linear import CombinedDetector, LogRegDetector
 from sidecar.scoring._linf import SCANS, choose_scan
 from sidecar.scoring._model import OODModel
 from sidecar.scoring._probes import MIN_PROBE_COSINE, PROBE_TEXTS, probe_cosines, probe_mismatch
+from sidecar.scoring._state import model_from_state, model_state
 from sidecar.scoring._subspace import KBSubspace, select_evr, select_pvalue
 from sidecar.scoring._svm import SVMDetector
 
@@ -63,6 +64,8 @@ __all__ = [
     "fit_ood_model",
     "make_detector",
     "min_calibration_size",
+    "model_from_state",
+    "model_state",
     "needs_ood_error",
     "probe_cosines",
     "probe_mismatch",

@@ -21,8 +21,7 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from model_store import IncompatibleArtifact
-from sidecar.errors import DataError, NotFittedError
+from sidecar.errors import DataError, InvalidModelState, NotFittedError
 
 # Input blocks a detector can ask the model for (see ``OODModel.features``):
 #   "pcs"        (n, m)  query projected on the selected KB principal components
@@ -188,7 +187,7 @@ class OODDetector(BaseEstimator):
 
     @classmethod
     def from_state(cls, params: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> OODDetector:
-        """Rebuild a fitted detector; :class:`~model_store.IncompatibleArtifact` if malformed."""
+        """Rebuild a fitted detector; :class:`~sidecar.errors.InvalidModelState` if malformed."""
         try:
             kind = params.get("kind", cls.kind)
             target = cls if cls.kind == kind else _REGISTRY[kind]
@@ -197,10 +196,10 @@ class OODDetector(BaseEstimator):
             det.n_features_in_ = int(learned["n_features_in_"])
             det.offset_ = float(learned["offset_"])
             det._restore(learned, arrays)
-        except IncompatibleArtifact:
+        except InvalidModelState:
             raise
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
-            raise IncompatibleArtifact(
+            raise InvalidModelState(
                 f"detector state is malformed ({type(exc).__name__}: {exc})"
             ) from exc
         return det
@@ -219,10 +218,10 @@ def _jsonable(obj: Any) -> Any:
 
 
 def require_array(arrays: Mapping[str, np.ndarray], name: str, ndim: int) -> np.ndarray:
-    """Fetch a state array and check its rank; IncompatibleArtifact otherwise."""
+    """Fetch a state array and check its rank; InvalidModelState otherwise."""
     if name not in arrays:
-        raise IncompatibleArtifact(f"detector state lacks array {name!r}")
+        raise InvalidModelState(f"detector state lacks array {name!r}")
     arr = np.asarray(arrays[name])
     if arr.ndim != ndim:
-        raise IncompatibleArtifact(f"detector array {name!r} has rank {arr.ndim}, want {ndim}")
+        raise InvalidModelState(f"detector array {name!r} has rank {arr.ndim}, want {ndim}")
     return arr

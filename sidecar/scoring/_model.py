@@ -2,24 +2,22 @@
 
 An :class:`OODModel` turns embeddings into the input blocks its detector needs
 (selected-PC coordinates, residual norms, max-cosine, or the embedding itself), scores
-them (higher = more out-of-domain) and compares with the calibrated threshold. It
-converts to and from a :class:`model_store.Artifact` (JSON manifest + arrays, never
-pickle). Everything the hot path needs is precomputed once, in ``__post_init__``.
+them (higher = more out-of-domain) and compares with the calibrated threshold. It gives
+its state as plain arrays and a JSON-able section, and is built back from them
+(:mod:`sidecar.persistence` stores that as an artifact, never pickle). Everything the
+hot path needs is precomputed once, in ``__post_init__``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from model_store import Artifact, IncompatibleArtifact, build_artifact
 from sidecar.errors import DataError, EncoderMismatch
-from sidecar.scoring._base import INPUT_BLOCKS, OODDetector, detector_class
+from sidecar.scoring._base import INPUT_BLOCKS, OODDetector
 from sidecar.scoring._baselines import top_cosines, top_k_cosines
 from sidecar.scoring._probes import probe_mismatch
 
@@ -323,117 +321,3 @@ class OODModel:
     def with_metrics(self, **metrics: Any) -> OODModel:
         """A copy with ``metrics`` merged into the model's metrics."""
         return dataclasses.replace(self, metrics={**self.metrics, **metrics})
-
-    # -- artifact codec -------------------------------------------------------------------
-    def to_artifact(self) -> Artifact:
-        """The model as a :class:`model_store.Artifact` (JSON manifest + arrays)."""
-        if not math.isfinite(self.threshold):
-            raise DataError("the model has no finite threshold; calibrate it before saving")
-        det_params, det_arrays = self.detector.to_state()
-        arrays: dict[str, np.ndarray] = {
-            "subspace.mean": np.asarray(self.mean),
-            "subspace.components": np.asarray(self.components),
-            "subspace.selected_pcs": self.selected_pcs,
-        }
-        if self.explained_variance_ratio is not None:
-            arrays["subspace.explained_variance_ratio"] = np.asarray(self.explained_variance_ratio)
-        if self.kb_embeddings is not None:
-            arrays["kb_embeddings"] = np.asarray(self.kb_embeddings)
-        if self.encoder_probes is not None:
-            arrays["encoder.probes"] = np.asarray(self.encoder_probes, dtype=np.float32)
-        arrays.update({_DET_PREFIX + k: v for k, v in det_arrays.items()})
-        model = {
-            "format": MODEL_FORMAT,
-            "kind": self.detector_name,
-            "params": det_params,
-            "inputs": list(self._inputs),
-            "criterion": self.criterion,
-            "selected_pcs": [int(i) for i in self.selected_pcs],
-            "m": self.m,
-            "k": int(self.k),
-            "residual_ks": list(self.residual_ks),
-            "dims": self.dims,
-            "threshold": self.threshold,
-            "score": SCORE_CONVENTION,
-            "fit": self.params,
-        }
-        if self.encoder_probe_texts:
-            model["encoder_probe_texts"] = list(self.encoder_probe_texts)
-        return build_artifact(
-            kb=self.kb, encoder=self.encoder, model=model, arrays=arrays, metrics=self.metrics
-        )
-
-    @classmethod
-    def from_artifact(cls, artifact: Artifact) -> OODModel:
-        """Rebuild a model from a validated artifact.
-
-        Raises
-        ------
-        model_store.IncompatibleArtifact
-            Unknown detector kind, or a malformed model section or arrays.
-        """
-        manifest = artifact.manifest
-        model = manifest.get("model")
-        if not isinstance(model, Mapping) or model.get("format") != MODEL_FORMAT:
-            raise IncompatibleArtifact(f"artifact has no {MODEL_FORMAT} model section")
-        kind = model.get("kind")
-        try:
-            det_cls = detector_class(str(kind))
-        except KeyError:
-            raise IncompatibleArtifact(f"unknown detector kind {kind!r}") from None
-        arrays = artifact.arrays
-        try:
-            det_arrays = {
-                k[len(_DET_PREFIX) :]: v for k, v in arrays.items() if k.startswith(_DET_PREFIX)
-            }
-            det = det_cls.from_state(dict(model["params"]), det_arrays)
-            if det.kind != kind:
-                raise ValueError(f"detector state is of kind {det.kind!r}, not {kind!r}")
-            selected = np.asarray(arrays["subspace.selected_pcs"], dtype=np.int64)
-            if [int(i) for i in selected] != [int(i) for i in model["selected_pcs"]]:
-                raise ValueError("selected PCs differ between manifest and arrays")
-            evr = arrays.get("subspace.explained_variance_ratio")
-            probe_texts = model.get("encoder_probe_texts", [])
-            if not (isinstance(probe_texts, list) and all(isinstance(t, str) for t in probe_texts)):
-                raise ValueError("encoder_probe_texts is not a list of strings")
-            out = cls(
-                kb=str(manifest["kb"]),
-                encoder={
-                    "name": str(manifest["encoder"]["name"]),
-                    "dim": int(manifest["encoder"]["dim"]),
-                },
-                detector_name=str(kind),
-                detector=det,
-                mean=np.asarray(arrays["subspace.mean"]),
-                components=np.asarray(arrays["subspace.components"]),
-                selected_pcs=selected,
-                k=int(model["k"]),
-                criterion=str(model["criterion"]),
-                threshold=float(model["threshold"]),
-                metrics=dict(manifest.get("metrics") or {}),
-                params=dict(model.get("fit") or {}),
-                residual_ks=tuple(int(k) for k in model["residual_ks"]),
-                kb_embeddings=arrays.get("kb_embeddings"),
-                explained_variance_ratio=evr,
-                encoder_probes=arrays.get("encoder.probes"),
-                encoder_probe_texts=tuple(probe_texts),
-                version=artifact.version,
-            )
-            if out.dims != det.n_features_in_:
-                raise ValueError(
-                    f"detector expects {det.n_features_in_} features, the model builds {out.dims}"
-                )
-            if not math.isfinite(out.threshold):  # NaN would pass every query as in-domain
-                raise ValueError(f"decision threshold must be finite, got {out.threshold}")
-            for key in ("m", "dims"):  # what `models show` reports must be what runs
-                if key in model and int(model[key]) != getattr(out, key):
-                    raise ValueError(
-                        f"manifest says {key}={model[key]}, the arrays give {getattr(out, key)}"
-                    )
-        except IncompatibleArtifact:
-            raise
-        except (KeyError, TypeError, ValueError, IndexError, ArithmeticError, DataError) as exc:
-            raise IncompatibleArtifact(
-                f"model section or arrays are malformed ({type(exc).__name__}: {exc})"
-            ) from exc
-        return out

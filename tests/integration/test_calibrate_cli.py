@@ -12,6 +12,7 @@ from click.testing import CliRunner, Result
 
 from model_store import DirectoryStore, load_dir
 from sidecar.cli import main
+from sidecar.persistence import model_from_artifact
 from sidecar.scoring import OODModel, conformal_threshold
 from sidecar.training._jsonl import DEMO_ID_QUERIES, demo_path
 
@@ -41,14 +42,14 @@ def _live(model: OODModel, n: int) -> np.ndarray:
 def test_the_new_artifact_carries_the_conformal_threshold_of_the_given_queries(
     trained: Path, tmp_path: Path
 ) -> None:
-    model = OODModel.from_artifact(load_dir(trained))
+    model = model_from_artifact(load_dir(trained))
     E = _live(model, 150)
     np.save(tmp_path / "live.npy", E)
     out = tmp_path / "recal"
     res = _run("--artifact", str(trained), "--id-embeddings", str(tmp_path / "live.npy"),
                "--out", str(out))  # fmt: skip
     assert res.exit_code == 0, res.output
-    new = OODModel.from_artifact(load_dir(out))
+    new = model_from_artifact(load_dir(out))
     target = model.params["target_frr"]  # the model's own target by default
     assert new.threshold == conformal_threshold(model.score(E), target)
     assert new.threshold != model.threshold
@@ -73,7 +74,7 @@ def test_a_store_version_is_recalibrated_into_the_same_store(trained: Path, tmp_
     versions = store.versions(kb)
     assert len(versions) == 2 and store.active(kb) == source  # stored, not activated
     (new_version,) = set(versions) - {source}
-    new = OODModel.from_artifact(store.get(kb, new_version))
+    new = model_from_artifact(store.get(kb, new_version))
     assert new.metrics["recalibrated_from"]["version"] == source
     assert new.params["target_frr"] == 0.05 and new.metrics["n_calibration"] == 102
     res = _run(*where, "--version", new_version[:10], "--id-queries", queries, "--target-frr",
@@ -88,7 +89,7 @@ def test_promoting_a_recalibrated_model_of_another_encoder_is_refused(
     # Workers of another encoder would refuse the new version, as `models promote` says.
     monkeypatch.setenv("SIDECAR_SCORING__ENCODER", "another-encoder")
     store_dir = tmp_path / "store"
-    np.save(tmp_path / "live.npy", _live(OODModel.from_artifact(load_dir(trained)), 60))
+    np.save(tmp_path / "live.npy", _live(model_from_artifact(load_dir(trained)), 60))
     args = ["--artifact", str(trained), "--id-embeddings", str(tmp_path / "live.npy"),
             "--target-frr", "0.05", "--publish", "--store-dir", str(store_dir)]  # fmt: skip
     res = _run(*args)
@@ -107,7 +108,7 @@ def test_promoting_a_recalibrated_model_of_another_encoder_is_refused(
 def test_bad_requests_get_one_error_line(
     trained: Path, tmp_path: Path, one_error_line: Callable[[Result], str]
 ) -> None:
-    model = OODModel.from_artifact(load_dir(trained))
+    model = model_from_artifact(load_dir(trained))
     np.save(tmp_path / "few.npy", _live(model, 98))
     np.save(tmp_path / "wrong_dim.npy", np.ones((200, 7), np.float32))
     (tmp_path / "full").mkdir()
@@ -152,7 +153,7 @@ def test_publishing_an_artifact_directory_checks_its_signature_like_import(
     trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     one_error_line: Callable[[Result], str],
 ) -> None:  # fmt: skip
-    model = OODModel.from_artifact(load_dir(trained))
+    model = model_from_artifact(load_dir(trained))
     np.save(tmp_path / "live.npy", _live(model, 120))
     monkeypatch.setenv("SIDECAR_STORE__HMAC_KEY", "the-store-key")
     store_dir = tmp_path / "store"
@@ -175,7 +176,7 @@ def test_queries_the_model_was_trained_on_are_named(trained: Path, tmp_path: Pat
                "--target-frr", "0.05", "--out", str(tmp_path / "recal"))  # fmt: skip
     assert res.exit_code == 0, res.output
     assert "repeat the model's training queries" in res.output
-    model = OODModel.from_artifact(load_dir(trained))
+    model = model_from_artifact(load_dir(trained))
     np.save(tmp_path / "live.npy", _live(model, 150))
     res = _run("--artifact", str(trained), "--id-embeddings", str(tmp_path / "live.npy"),
                "--out", str(tmp_path / "recal2"))  # fmt: skip
@@ -197,7 +198,7 @@ def test_a_signed_directory_changed_after_signing_is_refused_by_every_reader(
     tampered = tmp_path / "tampered"
     save_dir(load_dir(signed), tampered)
     (tampered / "manifest.json").write_text(json.dumps(manifest))
-    model = OODModel.from_artifact(load_dir(trained))
+    model = model_from_artifact(load_dir(trained))
     np.save(tmp_path / "live.npy", _live(model, 120))
     monkeypatch.setenv("SIDECAR_STORE__HMAC_KEY", key.decode())
     live = ["--id-embeddings", str(tmp_path / "live.npy")]

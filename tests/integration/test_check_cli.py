@@ -13,7 +13,7 @@ from click.testing import CliRunner, Result
 
 from model_store import DirectoryStore, load_dir
 from sidecar.cli import main
-from sidecar.scoring import OODModel
+from sidecar.persistence import model_from_artifact
 
 DIM = 32
 
@@ -78,7 +78,7 @@ def test_figures_are_the_models_own_at_its_threshold(setup: dict[str, Path]) -> 
     out = setup["root"] / "figures.json"
     res = _check(setup, "--artifact", str(setup["art"]), "--json", str(out))
     assert res.exit_code == 0, res.output
-    model = OODModel.from_artifact(load_dir(setup["art"]))
+    model = model_from_artifact(load_dir(setup["art"]))
     s_id = model.score(np.load(setup["id_held"]))
     s_ood = model.score(np.load(setup["ood_held"]))
     doc = json.loads(out.read_text())
@@ -97,7 +97,7 @@ def test_a_failed_gate_exits_1_and_conservative_judges_the_interval_end(
     setup: dict[str, Path],
 ) -> None:
     art = ["--artifact", str(setup["art"])]
-    model = OODModel.from_artifact(load_dir(setup["art"]))
+    model = model_from_artifact(load_dir(setup["art"]))
     accepted = float(np.mean(model.score(np.load(setup["ood_held"])) <= model.threshold))
     limit = f"{accepted + 0.01:.4f}"  # the point estimate passes ...
     res = _check(setup, *art, "--max-ood-accept", limit)
@@ -142,7 +142,7 @@ def test_against_measures_the_serving_version_on_the_same_queries(
     for png in ("roc.png", "hist_checked.png", "hist_against.png"):
         assert (report / png).stat().st_size > 1000, png
     assert f"against active, version {active[:12]}" in res.output
-    served = OODModel.from_artifact(store.get("synthetic", active))
+    served = model_from_artifact(store.get("synthetic", active))
     flagged = int(np.sum(served.score(np.load(setup["id_held"])) > served.threshold))
     assert doc["against"]["false_reject"]["count"] == flagged
 

@@ -26,6 +26,7 @@ from model_store import (
 )
 from sidecar.hotswap import ModelHolder, ModelWatcher
 from sidecar.local import EmbeddedRedis
+from sidecar.persistence import model_to_artifact
 
 pytestmark = pytest.mark.integration
 
@@ -55,17 +56,19 @@ def artifacts() -> dict[str, Artifact]:
             criterion="evr",
             m=4,
         )
-        out[name] = model.to_artifact()
+        out[name] = model_to_artifact(model)
     rng = np.random.default_rng(9)
-    out["other_encoder"] = fit_ood_model(
-        kb=KB,
-        encoder={"name": "other-encoder", "dim": 8},
-        kb_embeddings=_unit(rng.standard_normal((40, 8))),
-        id_embeddings=_unit(rng.standard_normal((20, 8))),
-        detector="mahalanobis",
-        criterion="evr",
-        m=4,
-    ).to_artifact()
+    out["other_encoder"] = model_to_artifact(
+        fit_ood_model(
+            kb=KB,
+            encoder={"name": "other-encoder", "dim": 8},
+            kb_embeddings=_unit(rng.standard_normal((40, 8))),
+            id_embeddings=_unit(rng.standard_normal((20, 8))),
+            detector="mahalanobis",
+            criterion="evr",
+            m=4,
+        )
+    )
     return out
 
 

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from model_store import load_dir
 from sidecar.cli import main
 from sidecar.encoders import load_encoder
-from sidecar.scoring import OODModel
+from sidecar.persistence import model_from_artifact
 from sidecar.settings import load_settings
 
 
@@ -72,7 +72,7 @@ def test_verdicts_are_the_models_and_bad_lines_get_the_streams_reasons(
     assert dead == [["line", "5", "unknown_kb:"], ["line", "6", "invalid_json:"]], table.output
 
     artifact = load_dir(out)
-    model = OODModel.from_artifact(artifact)
+    model = model_from_artifact(artifact)
     settings = load_settings()
     enc = load_encoder(settings.scoring, name=str(model.encoder["name"]))
     scored = [

@@ -14,6 +14,7 @@ from click.testing import CliRunner, Result
 from model_store import Artifact, DirectoryStore, ModelStore, RedisStore, build_artifact, save_dir
 from sidecar.cli import main
 from sidecar.local import EmbeddedRedis
+from sidecar.persistence import model_to_artifact
 from sidecar.scoring import fit_ood_model
 
 pytestmark = pytest.mark.integration
@@ -23,19 +24,21 @@ def _artifact(seed: int = 0, detector: str = "logreg") -> Artifact:
     """A tiny real model (8 dims, ``detector`` on 2 PCs) that a worker can load; ``seed``
     varies its content, hence its version."""
     rng = np.random.default_rng(seed)
-    return fit_ood_model(
-        kb="demo",
-        encoder={"name": "e", "dim": 8},
-        kb_embeddings=rng.normal(size=(30, 8)),
-        id_embeddings=rng.normal(size=(30, 8)),
-        ood_embeddings=rng.normal(2.0, 1.0, size=(30, 8)),
-        calibration_embeddings=rng.normal(size=(20, 8)),
-        target_frr=0.1,
-        detector=detector,
-        criterion="evr",
-        m=2,
-        k=4,
-    ).to_artifact()
+    return model_to_artifact(
+        fit_ood_model(
+            kb="demo",
+            encoder={"name": "e", "dim": 8},
+            kb_embeddings=rng.normal(size=(30, 8)),
+            id_embeddings=rng.normal(size=(30, 8)),
+            ood_embeddings=rng.normal(2.0, 1.0, size=(30, 8)),
+            calibration_embeddings=rng.normal(size=(20, 8)),
+            target_frr=0.1,
+            detector=detector,
+            criterion="evr",
+            m=2,
+            k=4,
+        )
+    )
 
 
 def _artifact_dirs(tmp_path: Path, n: int = 3) -> list[Path]:

@@ -13,7 +13,7 @@ from click.testing import CliRunner, Result
 
 from model_store import DirectoryStore, load_dir, save_dir
 from sidecar.cli import main
-from sidecar.scoring import OODModel
+from sidecar.persistence import model_from_artifact, model_to_artifact
 
 DIM = 384  # the default encoder's width: workers refuse a model of another
 
@@ -80,7 +80,7 @@ def test_train_on_embeddings_publishes_to_directory_store(
         env={"SIDECAR_STORE__BACKEND": "redis", "SIDECAR_REDIS__URL": "redis://127.0.0.1:1/0"},
     )
     assert res.exit_code == 0, res.output
-    model = OODModel.from_artifact(load_dir(out))
+    model = model_from_artifact(load_dir(out))
     assert model.kb == "synthetic" and model.m == 4 and model.dims <= 32
     assert model.encoder_probes is None  # no encoder ran: nothing to fingerprint
     assert (out / "report" / "report.md").is_file() and (out / "report" / "roc.png").is_file()
@@ -157,7 +157,7 @@ def test_neighbour_bank_caps_the_labelled_queries_the_artifact_keeps(
     args[i + 1] = "pcs,residual,neighbours"
     res = CliRunner().invoke(main, [*args, "--neighbour-bank", "20"])
     assert res.exit_code == 0, res.output
-    model = OODModel.from_artifact(load_dir(tmp_path / "m"))
+    model = model_from_artifact(load_dir(tmp_path / "m"))
     det = model.detector
     assert det.bank_max == 20
     assert len(det.id_bank_) == 20 and len(det.ood_bank_) == 20  # from 90 of each
@@ -233,7 +233,7 @@ def test_train_demo_kb_end_to_end(tmp_path: Path) -> None:
     )
     assert res.exit_code == 0, res.output
     assert (out / "report" / "report.md").is_file()
-    model = OODModel.from_artifact(
+    model = model_from_artifact(
         load_dir(out, expected_encoder={"name": "all-MiniLM-L6-v2", "dim": 384})
     )
     enc = SentenceTransformerEncoder()
@@ -256,7 +256,9 @@ def test_train_demo_kb_end_to_end(tmp_path: Path) -> None:
     assert probe_cosines(model.encoder_probes, embed_probes(enc.encode)).min() > 0.999
     model.check_encoder(enc.name, enc.dim, probes=embed_probes(enc.encode))
     rolled = np.roll(model.encoder_probes, 1, axis=1)  # the same sentences, elsewhere
-    save_dir(dataclasses.replace(model, encoder_probes=rolled).to_artifact(), tmp_path / "other")
+    save_dir(
+        model_to_artifact(dataclasses.replace(model, encoder_probes=rolled)), tmp_path / "other"
+    )
     res = CliRunner().invoke(main, ["score", "--artifact", str(tmp_path / "other"), "hello"])
     assert res.exit_code != 0 and "other weights" in res.output, res.output
     # Promoting compares them with the workers' encoder too: no worker would install it.

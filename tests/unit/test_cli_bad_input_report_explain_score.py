@@ -21,6 +21,7 @@ from sidecar.errors import DataError
 from sidecar.evaluation._report import read_eval_json
 from sidecar.explain import load_sources
 from sidecar.explain._prompt import sources_from_records
+from sidecar.persistence import model_to_artifact
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 
@@ -217,7 +218,7 @@ def test_writing_commands_still_create_the_store_dir(tmp_path: Path) -> None:
         kb="demo", encoder={"name": "e", "dim": 4}, kb_embeddings=kb[:8],
         id_embeddings=kb[8:], detector="residual", target_frr=0.3, k=3,
     )  # fmt: skip
-    art = save_dir(model.to_artifact(), tmp_path / "art")
+    art = save_dir(model_to_artifact(model), tmp_path / "art")
     store = tmp_path / "new-store"
     res = _invoke("models", "import", str(art), "--store-dir", str(store))
     assert res.exit_code == 0, res.output

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-import sidecar.encoders._encoder as encoder_mod
+import sidecar.encoders._load as encoder_mod
 import sidecar.encoders._onnx as onnx_mod
 from sidecar.encoders import load_encoder
 from sidecar.errors import ConfigError

@@ -22,6 +22,7 @@ from model_store import (
 from sidecar.encoders import embed_probes
 from sidecar.errors import DataError, EncoderMismatch
 from sidecar.hotswap import ModelHolder, ModelWatcher
+from sidecar.persistence import model_from_artifact, model_to_artifact
 from sidecar.scoring import MIN_PROBE_COSINE, PROBE_TEXTS, OODModel, fit_ood_model
 from sidecar.scoring._probes import probe_cosines, probe_mismatch
 
@@ -103,14 +104,16 @@ def test_a_small_numeric_difference_passes() -> None:
 
 def test_probes_survive_the_artifact_bit_for_bit() -> None:
     recorded = embed_probes(_HashEncoder().encode)
-    art = _model(recorded).to_artifact()
+    art = model_to_artifact(_model(recorded))
     assert art.manifest["model"]["encoder_probe_texts"] == list(PROBE_TEXTS)
-    back = OODModel.from_artifact(decode(*encode(art)))
+    back = model_from_artifact(decode(*encode(art)))
     assert back.encoder_probe_texts == PROBE_TEXTS
     assert back.encoder_probes is not None
     assert back.encoder_probes.tobytes() == recorded.tobytes()
-    plain = OODModel.from_artifact(decode(*encode(_model(None).to_artifact())))
-    assert plain.encoder_probes is None and "encoder_probe_texts" not in plain.to_artifact().model
+    plain = model_from_artifact(decode(*encode(model_to_artifact(_model(None)))))
+    assert (
+        plain.encoder_probes is None and "encoder_probe_texts" not in model_to_artifact(plain).model
+    )
 
 
 def test_malformed_probes_are_refused() -> None:
@@ -121,12 +124,12 @@ def test_malformed_probes_are_refused() -> None:
         dataclasses.replace(
             _model(None), encoder_probes=recorded[:, :4], encoder_probe_texts=PROBE_TEXTS
         )
-    art = _model(recorded).to_artifact()
+    art = model_to_artifact(_model(recorded))
     model = json.loads(json.dumps(art.manifest["model"]))
     model["encoder_probe_texts"] = "not a list"
     bad = build_artifact(kb="kb1", encoder=ENC, model=model, arrays=dict(art.arrays))
     with pytest.raises(IncompatibleArtifact, match="encoder_probe_texts"):
-        OODModel.from_artifact(bad)
+        model_from_artifact(bad)
 
 
 def test_a_watcher_keeps_its_model_when_the_new_one_needs_other_weights(tmp_path: Path) -> None:
@@ -134,12 +137,12 @@ def test_a_watcher_keeps_its_model_when_the_new_one_needs_other_weights(tmp_path
     holder = ModelHolder(["kb1"])
     running = embed_probes(_HashEncoder().encode)
     watcher = ModelWatcher(AsyncDirectoryStore(store), holder, encoder=ENC, encoder_probes=running)
-    good = store.put(_model(running).to_artifact())
+    good = store.put(model_to_artifact(_model(running)))
     store.promote("kb1", good)
     asyncio.run(watcher.sync())
     assert holder.get("kb1").version == good  # type: ignore[union-attr]
     elsewhere = embed_probes(_HashEncoder(tilt=1.0).encode)
-    bad = store.put(_model(elsewhere).to_artifact())
+    bad = store.put(model_to_artifact(_model(elsewhere)))
     store.promote("kb1", bad)
     asyncio.run(watcher.sync())
     assert holder.get("kb1").version == good  # type: ignore[union-attr]
@@ -165,7 +168,7 @@ def test_promoting_compares_the_probes_with_the_workers_encoder(
         return running[0]
 
     monkeypatch.setattr(sidecar.encoders, "load_encoder", load)
-    artifact = _model(embed_probes(_HashEncoder().encode)).to_artifact()
+    artifact = model_to_artifact(_model(embed_probes(_HashEncoder().encode)))
     assert servable_model(artifact, refused="nothing was promoted", workers=workers).kb == "kb1"
     running[0] = _HashEncoder(tilt=1.0)
     with pytest.raises(IncompatibleArtifact, match=r"other weights.*nothing was promoted"):

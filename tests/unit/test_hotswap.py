@@ -22,6 +22,7 @@ from model_store import (
 )
 from sidecar.errors import EncoderMismatch
 from sidecar.hotswap import LoadedModel, ModelHolder, ModelWatcher
+from sidecar.persistence import warm_up
 
 ENC = {"name": "fake", "dim": 4}
 
@@ -134,7 +135,6 @@ def test_public_names_are_pinned() -> None:
         "ModelHolder",
         "ModelWatcher",
         "SwappableModel",
-        "warm_up",
     ]
 
 
@@ -386,5 +386,5 @@ def test_warm_up_turns_a_scoring_failure_into_a_refusal() -> None:
 
     broken = FakeModel(artifact(9, fail=True))
     with pytest.raises(ArtifactRejected, match="cannot score a probe query: broken model"):
-        hotswap.warm_up(broken, 4)
-    hotswap.warm_up(FakeModel(artifact(10)), 4)  # one that scores passes
+        warm_up(broken, 4)
+    warm_up(FakeModel(artifact(10)), 4)  # one that scores passes

@@ -19,9 +19,13 @@ PUBLIC = {
         "resolve_encoder_path",
     ],
     "sidecar.persistence": [
+        "check_threshold",
+        "model_from_artifact",
+        "model_to_artifact",
         "open_async_store",
         "open_store",
         "signing_key",
+        "warm_up",
     ],
     "sidecar.local": [
         "DemoData",

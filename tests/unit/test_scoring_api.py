@@ -34,6 +34,8 @@ def test_all_is_pinned() -> None:
             "fit_ood_model",
             "make_detector",
             "min_calibration_size",
+            "model_from_state",
+            "model_state",
             "needs_ood_error",
             "probe_cosines",
             "probe_mismatch",

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from sidecar.errors import ConfigError
+from sidecar.persistence import model_from_artifact, model_to_artifact
 from sidecar.scoring import conformal_threshold
 
 
@@ -102,7 +103,7 @@ def _shifted_model():
 
 def test_recalibrating_on_drifted_id_queries_brings_the_refusal_rate_back_to_target() -> None:
     from model_store import decode, encode
-    from sidecar.scoring import OODModel, recalibrate
+    from sidecar.scoring import recalibrate
 
     model, live = _shifted_model()
     cal, judged = live[:400], live[400:]
@@ -122,9 +123,9 @@ def test_recalibrating_on_drifted_id_queries_brings_the_refusal_rate_back_to_tar
     assert new.metrics["calibration"] == "recalibrated" and new.metrics["n_calibration"] == 400
     assert new.params["target_frr"] == 0.05 and new.version is None
     # a new artifact (new version id) that loads back with the new threshold
-    a, b = model.to_artifact(), new.to_artifact()
+    a, b = model_to_artifact(model), model_to_artifact(new)
     assert a.version != b.version
-    back = OODModel.from_artifact(decode(*encode(b)))
+    back = model_from_artifact(decode(*encode(b)))
     assert back.threshold == new.threshold
     assert back.metrics["recalibrated_from"]["threshold"] == model.threshold
 

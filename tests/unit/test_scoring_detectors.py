@@ -313,12 +313,12 @@ def test_state_round_trip_is_bit_exact(det: Any) -> None:
 
 
 def test_from_state_rejects_missing_arrays() -> None:
-    from model_store import IncompatibleArtifact
+    from sidecar.errors import InvalidModelState
 
     X, y = _labelled()
     params, arrays = EpsilonBall().fit(X, y).to_state()
     del arrays["id_points"]
-    with pytest.raises(IncompatibleArtifact):
+    with pytest.raises(InvalidModelState):
         EpsilonBall.from_state(params, arrays)
 
 

@@ -17,6 +17,7 @@ from model_store import (
     encode,
 )
 from sidecar.errors import ConfigError, EncoderMismatch
+from sidecar.persistence import model_from_artifact, model_to_artifact
 from sidecar.scoring import KBSubspace, OODModel, detector_kinds, fit_ood_model
 
 D = 16
@@ -64,16 +65,16 @@ def _model(kind: str, criterion: str = "pvalue") -> OODModel:
 @pytest.mark.parametrize("kind", detector_kinds())
 def test_artifact_round_trip_is_bit_exact(kind: str) -> None:
     model = _model(kind)
-    manifest, npz = encode(model.to_artifact())
-    loaded = OODModel.from_artifact(decode(manifest, npz, expected_encoder=ENC))
+    manifest, npz = encode(model_to_artifact(model))
+    loaded = model_from_artifact(decode(manifest, npz, expected_encoder=ENC))
     E = _data()["test"]
     assert np.array_equal(loaded.score(E), model.score(E))
     assert np.array_equal(loaded.predict(E), model.predict(E))
     assert loaded.threshold == model.threshold
     assert loaded.selected_pcs.tolist() == model.selected_pcs.tolist()
-    assert loaded.version == model.to_artifact().version
+    assert loaded.version == model_to_artifact(model).version
     # Re-encoding the loaded model gives the same content, hence the same version.
-    assert loaded.to_artifact().version == model.to_artifact().version
+    assert model_to_artifact(loaded).version == model_to_artifact(model).version
 
 
 @pytest.mark.parametrize("kind", detector_kinds())
@@ -153,7 +154,7 @@ def test_model_features_match_the_subspace() -> None:
     np.testing.assert_allclose(F[:, 4], sub.residual_norm(E), atol=1e-5)
     maxcos = 1.0 - (E @ d["kb"].T).max(axis=1)
     np.testing.assert_allclose(F[:, 5], maxcos, atol=1e-5)
-    assert model.to_artifact().model["inputs"] == ["pcs", "residual", "max_cosine"]
+    assert model_to_artifact(model).model["inputs"] == ["pcs", "residual", "max_cosine"]
 
 
 def test_threshold_is_calibrated_on_held_out_id() -> None:
@@ -211,13 +212,13 @@ def test_encoder_mismatch_is_refused() -> None:
         model.check_encoder("fake-encoder", D + 1)
     with pytest.raises(EncoderMismatch):
         model.score(np.zeros((2, D + 1), dtype=np.float32))
-    manifest, npz = encode(model.to_artifact())
+    manifest, npz = encode(model_to_artifact(model))
     with pytest.raises(IncompatibleArtifact):
         decode(manifest, npz, expected_encoder={"name": "other-encoder", "dim": D})
 
 
 def test_tampered_array_is_refused() -> None:
-    art = _model("epsilon_ball").to_artifact()
+    art = model_to_artifact(_model("epsilon_ball"))
     arrays = dict(art.arrays)
     pts = arrays["detector.id_points"].copy()
     pts[0, 0] += 1e-9
@@ -229,16 +230,16 @@ def test_tampered_array_is_refused() -> None:
 
 def test_a_model_section_with_an_infinite_count_is_incompatible() -> None:
     # JSON's Infinity parses; int() of it raised OverflowError past the malformed check.
-    art = _model("logreg").to_artifact()
+    art = model_to_artifact(_model("logreg"))
     manifest = json.loads(json.dumps(art.manifest))
     manifest["model"]["k"] = float("inf")
     with pytest.raises(IncompatibleArtifact, match="OverflowError"):
-        OODModel.from_artifact(type(art)(manifest, art.arrays))
+        model_from_artifact(type(art)(manifest, art.arrays))
 
 
 def test_tampered_manifest_is_refused_when_signed() -> None:
     key = b"k" * 32
-    art = _model("combined").to_artifact().signed(key)
+    art = model_to_artifact(_model("combined")).signed(key)
     manifest, npz = encode(art)
     doc = json.loads(manifest)
     doc["model"]["threshold"] = 1e9  # let every query through
@@ -249,11 +250,11 @@ def test_tampered_manifest_is_refused_when_signed() -> None:
 
 def _rebuilt(model_section: dict, arrays: dict) -> OODModel:
     art = build_artifact(kb="kb1", encoder=ENC, model=model_section, arrays=arrays)
-    return OODModel.from_artifact(decode(*encode(art)))
+    return model_from_artifact(decode(*encode(art)))
 
 
 def test_unknown_kind_and_malformed_sections_are_refused() -> None:
-    art = _model("combined").to_artifact()
+    art = model_to_artifact(_model("combined"))
     arrays = dict(art.arrays)
     with pytest.raises(IncompatibleArtifact, match="unknown detector kind"):
         _rebuilt({**art.model, "kind": "crystal_ball"}, arrays)
@@ -281,7 +282,7 @@ def test_unknown_kind_and_malformed_sections_are_refused() -> None:
 
 def test_manifest_describes_the_model() -> None:
     model = _model("combined")
-    section = model.to_artifact().model
+    section = model_to_artifact(model).model
     assert section["kind"] == "combined" and section["criterion"] == "pvalue"
     assert section["m"] == 4 and section["k"] == 8 and len(section["selected_pcs"]) == 4
     assert section["threshold"] == model.threshold

@@ -7,6 +7,7 @@ import pytest
 
 from model_store import decode, encode
 from sidecar.errors import ConfigError
+from sidecar.persistence import model_from_artifact, model_to_artifact
 from sidecar.scoring import OODModel, fit_ood_model
 from sidecar.training import carve_splits, search
 from sidecar.training._fitting import balanced_threshold
@@ -102,7 +103,7 @@ def test_knn_and_neighbour_blocks_round_trip_bit_exact() -> None:
     model = _combined(["pcs", "residual", "knn", "neighbours"])
     assert model.dims == 4 + 1 + 2 + 4
     E = _data(seed=7)["ood"][:30]
-    loaded = OODModel.from_artifact(decode(*encode(model.to_artifact()), expected_encoder=ENC))
+    loaded = model_from_artifact(decode(*encode(model_to_artifact(model)), expected_encoder=ENC))
     assert np.array_equal(loaded.score(E), model.score(E))
     assert loaded.threshold == model.threshold
 

@@ -1,0 +1,58 @@
+"""The import contracts in pyproject.toml hold on the tree, and each one breaks when the
+import it forbids is added (to a scratch copy): a rule that cannot fail guards nothing."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+LINT = Path(sys.executable).with_name("lint-imports")
+
+pytestmark = pytest.mark.skipif(not LINT.exists(), reason="import-linter is not installed")
+
+
+def _lint(root: Path, *contracts: str) -> subprocess.CompletedProcess[str]:
+    args = [str(LINT), "--no-cache"] + [a for c in contracts for a in ("--contract", c)]
+    return subprocess.run(
+        args, cwd=root, env={"PYTHONPATH": str(root)}, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_every_contract_holds_on_the_tree() -> None:
+    result = _lint(REPO)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout
+
+
+# (contract id, file to change, the forbidden import appended to it)
+BREACHES = [
+    ("layers", "sidecar/scoring/_gmm.py", "import sidecar.stream"),
+    ("layers", "sidecar/training/_grid.py", "import sidecar.evaluation"),
+    ("layers", "sidecar/stream/_records.py", "import sidecar.local"),
+    ("layers", "sidecar/explain/_lattice.py", "import sidecar.hotswap"),
+    ("scoring-pure", "sidecar/scoring/_model.py", "import model_store"),
+    ("scoring-pure", "sidecar/scoring/_gmm.py", "import torch"),
+    ("explain-no-stream", "sidecar/explain/_lattice.py", "import faust"),
+    ("explain-no-stream", "sidecar/explain/_prompt.py", "import redis"),
+    ("store-leaf", "model_store/_files.py", "import sidecar.errors"),
+    ("private", "sidecar/cli/_settings.py", "from sidecar.training._search import search"),
+    ("acyclic", "sidecar/scoring/_base.py", "import sidecar.scoring._model"),
+]
+
+
+@pytest.mark.parametrize(("contract", "where", "line"), BREACHES)
+def test_each_contract_breaks_on_the_import_it_forbids(
+    tmp_path: Path, contract: str, where: str, line: str
+) -> None:
+    for part in ("sidecar", "model_store"):
+        shutil.copytree(REPO / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", tmp_path)
+    with (tmp_path / where).open("a", encoding="utf-8") as f:
+        f.write(f"\n{line}  # noqa\n")
+    result = _lint(tmp_path, contract)
+    assert result.returncode == 1 and "BROKEN" in result.stdout, result.stdout + result.stderr

@@ -34,7 +34,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
-from sidecar._secret_files import read_secret_files, refuse_unknown_sections, secrets_dir
+from sidecar.settings._secret_files import read_secret_files, refuse_unknown_sections, secrets_dir
 from sidecar.errors import ConfigError
 
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"

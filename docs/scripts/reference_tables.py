@@ -31,55 +31,6 @@ from pydantic_core import PydanticUndefined
 ENV_PREFIX = "SIDECAR_"
 ENV_DELIMITER = "__"
 
-# Descriptions for settings whose Field() has none yet. The model's own description wins;
-# a setting with neither fails tests/unit/test_docs_settings.py. (These belong in
-# sidecar/settings.py as Field(description=...); until then they live here.)
-EXTRA_DESCRIPTIONS: dict[str, str] = {
-    "kafka.queries_topic": "topic the worker consumes queries from",
-    "kafka.verdicts_topic": "topic every verdict is written to, keyed by the query id",
-    "kafka.id_topic": "with route_topics: the topic in-domain verdicts are also written to",
-    "kafka.ood_topic": "with route_topics: the topic out-of-domain verdicts are also written to",
-    "kafka.dlq_topic": "dead-letter topic: records that could not be scored, with a reason code",
-    "kafka.audit_topic": "explanation requests, consumed when explain.enabled is true",
-    "kafka.explanations_topic": "explanation results, keyed by request_id",
-    "kafka.replication_factor": "replication factor of the topics the sidecar creates",
-    "kafka.session_timeout_s": "consumer-group session timeout; a dead replica's partitions "
-    "move after this long",
-    "kafka.security_protocol": "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
-    "kafka.sasl_mechanism": "SASL mechanism with a SASL_* protocol",
-    "kafka.sasl_username": "SASL user name (the password is the secret kafka__sasl_password)",
-    "kafka.sasl_password": "SASL password; give it as the secret file kafka__sasl_password",
-    "redis.url": "the Redis that holds the model store; put no password in it",
-    "redis.password": "Redis password; give it as the secret file redis__password",
-    "redis.key_prefix": "prefix of every key the model store writes",
-    "redis.socket_timeout_s": "socket timeout of every Redis command",
-    "store.backend": "redis (the deployment) or directory (one machine, air-gapped transfer)",
-    "store.directory": "root of the directory store (store.backend = directory)",
-    "store.chunk_bytes": "size of the chunks a model's arrays are written to Redis in",
-    "scoring.device": "torch device of the torch encoder backend",
-    "scoring.kbs": "the KB ids this worker serves (a JSON list); each needs an active model",
-    "scoring.default_kb": "KB of queries that name none",
-    "scoring.batch_max": "most queries in one micro-batch",
-    "scoring.max_text_chars": "longest query text accepted (see overlong)",
-    "scoring.overlong": "an over-long text: reject (dead letter too_long) or truncate",
-    "web.host": "address the worker's HTTP server binds",
-    "web.port": "port of /healthz, /readyz, /metrics and /models",
-    "explain.base_url": "OpenAI-compatible endpoint of the black-box LLM",
-    "explain.model": "model name sent to the endpoint",
-    "explain.api_key": "API key of the endpoint; give it as the secret file explain__api_key",
-    "explain.temperature": "sampling temperature (pinned decoding)",
-    "explain.top_p": "nucleus sampling share (pinned decoding)",
-    "explain.max_tokens": "longest answer asked for",
-    "explain.seed": "seed of the first vote; vote k uses seed + k",
-    "explain.votes": "answers asked per subset; the verdict is their seeded majority",
-    "explain.concurrency": "requests in flight to the endpoint at once",
-    "explain.timeout_s": "timeout of one request",
-    "explain.max_retries": "retries of a 429, 5xx, timeout or unreadable answer",
-    "explain.cache_dir": "where answers are cached on disk (none: in memory only)",
-    "log.level": "DEBUG, INFO, WARNING or ERROR (any case); --log-level overrides",
-    "log.json_lines": "log JSON lines, one object per record; --log-json overrides",
-}
-
 
 @dataclass(frozen=True)
 class SettingRow:
@@ -159,7 +110,7 @@ def settings_rows(settings_cls: type[BaseModel]) -> Iterator[SettingRow]:
                 yield from walk(info.annotation, path)  # type: ignore[arg-type]
                 continue
             dotted = ".".join(path)
-            description = (info.description or EXTRA_DESCRIPTIONS.get(dotted, "")).strip()
+            description = (info.description or "").strip()
             bounds = _constraints(info)
             type_name = _type_name(info.annotation)
             yield SettingRow(

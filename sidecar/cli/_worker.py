@@ -27,7 +27,7 @@ def worker(
     """Consume queries, score them in micro-batches and emit ID/OOD verdicts.
 
     Settings come from SIDECAR_<SECTION>__<FIELD> environment variables and secret files
-    (see sidecar/settings.py); the options below override them. The worker serves
+    (see sidecar/settings/); the options below override them. The worker serves
     /healthz, /readyz, /metrics and /models on web.port, follows model promotions in the
     store, and on SIGTERM finishes its current batch, commits and exits.
     Processing is at-least-once: a verdict is idempotent by id + model_version.

@@ -67,7 +67,7 @@ def test_every_setting_is_described(tables: ModuleType) -> None:
     undescribed = [r.path for r in tables.settings_rows(Settings) if not r.description]
     assert undescribed == [], (
         "settings without a description: give them Field(description=...) in "
-        f"sidecar/settings.py: {undescribed}"
+        f"sidecar/settings/: {undescribed}"
     )
 
 

@@ -40,7 +40,15 @@ from model_store._artifact import (
     verify_manifest,
 )
 from model_store._errors import ArtifactCorrupt, ArtifactNotFound, InvalidName, StoreUnavailable
-from model_store._files import TMP_PREFIX, sync_dir, write_atomic, write_synced
+from model_store._files import (
+    META_FILE,
+    TMP_PREFIX,
+    holds_version,
+    sweep_leftovers,
+    sync_dir,
+    write_atomic,
+    write_synced,
+)
 from model_store._npz import max_npz_bytes
 from model_store._seal import ActivePointer, next_seal, verified_pointer
 from model_store._store import (
@@ -55,18 +63,6 @@ from model_store._store import (
 )
 
 log = logging.getLogger(__name__)
-
-META_FILE = "meta.json"
-# A temporary directory this old is a leftover of an interrupted put() or gc.
-_LEFTOVER_AGE_S = 3600.0
-
-
-def _holds_version(versions: Path) -> bool:
-    """Whether a KB's ``versions`` folder lists a stored version (not a put's temp dir)."""
-    return any(
-        p.is_dir() and not p.name.startswith(TMP_PREFIX) and (p / META_FILE).is_file()
-        for p in versions.iterdir()
-    )
 
 
 class DirectoryStore:
@@ -252,7 +248,7 @@ class DirectoryStore:
             for p in self.root.iterdir()
             if p.is_dir()
             and (p / "versions").is_dir()
-            and ((p / "state.json").is_file() or _holds_version(p / "versions"))
+            and ((p / "state.json").is_file() or holds_version(p / "versions"))
         )
 
     # -- pointer --------------------------------------------------------------------------
@@ -377,7 +373,7 @@ class DirectoryStore:
                 os.rename(vdir, grave)
                 shutil.rmtree(grave, ignore_errors=True)
                 deleted.append(version)
-            self._sweep_leftovers(d / "versions")
+            sweep_leftovers(d / "versions")
             if deleted:
                 # Removing entries can leave equal neighbours (C B A B without A is C B B);
                 # keep one of each run so that every rollback changes the version.
@@ -406,23 +402,7 @@ class DirectoryStore:
             except InvalidName:
                 continue  # not a folder this store made
             with self._locked(p.name) as d:
-                removed += self._sweep_leftovers(d / "versions")
-        return removed
-
-    @staticmethod
-    def _sweep_leftovers(versions: Path) -> int:
-        """Remove what an interrupted put() or gc left behind: a ``.tmp-`` directory an
-        hour old (puts write under the KB's lock, which gc holds; the hour is a margin)."""
-        cutoff = time.time() - _LEFTOVER_AGE_S
-        removed = 0
-        for p in versions.glob(f"{TMP_PREFIX}*"):
-            try:
-                if p.is_dir() and p.stat().st_mtime < cutoff:
-                    shutil.rmtree(p, ignore_errors=True)
-                    log.info("gc removed the leftover %s", p)
-                    removed += 1
-            except OSError:
-                continue
+                removed += sweep_leftovers(d / "versions")
         return removed
 
     def close(self) -> None:

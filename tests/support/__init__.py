@@ -1,0 +1,1 @@
+"""Test-only helpers: real local servers and fixtures that are not part of the product."""

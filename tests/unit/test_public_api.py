@@ -24,6 +24,7 @@ PUBLIC = {
         "model_to_artifact",
         "open_async_store",
         "open_store",
+        "publish_model",
         "signing_key",
         "warm_up",
     ],

@@ -26,6 +26,7 @@ from sidecar.training._metrics import (
     fpr_at_tpr,
     paper_accuracy,
 )
+from sidecar.training._release import Release, ReleaseConfig, release_model
 from sidecar.training._search import SearchResult, resolve_calibration, search
 from sidecar.training._splits import (
     NEAR_DUPLICATE_COS,
@@ -47,6 +48,8 @@ __all__ = [
     "FitProgress",
     "Gate",
     "KBDocument",
+    "Release",
+    "ReleaseConfig",
     "SearchResult",
     "TrainConfig",
     "TrainInputs",
@@ -70,6 +73,7 @@ __all__ = [
     "parse_m_range",
     "read_kb",
     "read_queries",
+    "release_model",
     "resolve_calibration",
     "search",
     "train",

@@ -27,6 +27,7 @@ from sidecar.training._metrics import (
     paper_accuracy,
 )
 from sidecar.training._release import Release, ReleaseConfig, release_model
+from sidecar.training._release_check import check_release
 from sidecar.training._search import SearchResult, resolve_calibration, search
 from sidecar.training._splits import (
     NEAR_DUPLICATE_COS,
@@ -60,6 +61,7 @@ __all__ = [
     "build_report",
     "carve_splits",
     "check_config",
+    "check_release",
     "combined_grid",
     "default_grid",
     "fixed_fit",

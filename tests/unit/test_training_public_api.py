@@ -26,6 +26,7 @@ def test_all_is_pinned() -> None:
             "build_report",
             "carve_splits",
             "check_config",
+            "check_release",
             "combined_grid",
             "default_grid",
             "fixed_fit",

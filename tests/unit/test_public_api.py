@@ -43,6 +43,7 @@ PUBLIC = {
     "sidecar.evaluation": [
         "BENCHMARKS",
         "DETECTORS",
+        "EvalConfig",
         "KBTask",
         "evaluate_benchmark",
         "evaluate_task",
@@ -51,7 +52,9 @@ PUBLIC = {
         "load_covid",
         "load_stackexchange",
         "read_eval_json",
+        "run_evaluation",
         "seed_spread",
+        "select_kbs",
         "targets",
         "write_eval_report",
     ],

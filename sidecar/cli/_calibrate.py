@@ -34,7 +34,7 @@ from sidecar.cli._servable import (
     load_local_dir,
     servable_model,
 )
-from sidecar.cli._store_access import _open, _settings, _store_options, promoted_suffix
+from sidecar.cli._store_access import _settings, _store_options, promoted_suffix
 
 
 @main.command("calibrate")
@@ -92,9 +92,62 @@ def calibrate_command(**opts: Any) -> None:
     which each refuses the given queries.
     """
     from model_store import save_dir
-    from sidecar.errors import ConfigError
-    from sidecar.scoring import DEFAULT_TARGET_FRR, recalibrate
     from sidecar.settings import load_settings
+    from sidecar.training import recalibrate_release
+
+    _check_options(opts)
+    settings = load_settings()
+    store_dir, redis_url = opts["store_dir"], opts["redis_url"]
+    kb_name = opts["kb"] or settings.scoring.default_kb
+    if opts["publish"]:  # before the queries are encoded, not after
+        from sidecar.cli._options import check_publish_target
+
+        check_publish_target(_settings(store_dir, redis_url), kb_name)
+    art = _read_source(opts, kb_name)
+    # the new version keeps the source's encoder: one --publish could not promote is
+    # refused before any query is encoded
+    promotes = opts["publish"] and not opts["no_promote"] and not opts["any_encoder"]
+    model = servable_model(
+        art, refused="nothing was recalibrated", workers=settings if promotes else None
+    )
+    embed = QueryEmbeddings.from_options(model, settings, opts)
+    E = embed(opts["id_queries"], opts["id_embeddings"], "ID")
+    done = recalibrate_release(model, E, opts["target_frr"])
+    new, old, artifact = done.model, done.source, done.artifact
+    if old.get("threshold_rule") == "balanced":
+        click.echo(
+            "note: the source threshold was chosen by the balanced rule; the new one is the "
+            "conformal quantile for the target false-reject rate"
+        )
+    click.echo(
+        f"KB {model.kb!r}, version {art.version[:12]} -> {artifact.version[:12]}, "
+        f"{new.metrics['n_calibration']} ID queries, target FRR {done.target_frr:g}"
+    )
+    click.echo(
+        f"  threshold {model.threshold:.4f} refused {old['frr_on_recalibration_queries']:.2%} "
+        f"of them; the new {new.threshold:.4f} refuses {new.metrics['calibration_frr']:.2%}"
+    )
+    if done.training_copies:
+        # The quantile's guarantee holds for queries new to the model: its own training
+        # queries score as more in-domain, so the threshold comes out too strict.
+        click.echo(
+            f"  warning: {done.training_copies} of these queries repeat the model's training "
+            "queries: they score as more in-domain than new traffic, and the new threshold "
+            "may refuse more than the target; leave them out"
+        )
+    if opts["out"]:
+        click.echo(f"wrote {save_dir(artifact, opts['out'])}")
+    if opts["publish"]:
+        from sidecar.persistence import publish_model
+
+        promote = not opts["no_promote"]
+        version, event = publish_model(_settings(store_dir, redis_url), artifact, promote=promote)
+        click.echo(f"published {artifact.kb}/{version}{promoted_suffix(event, promote)}")
+
+
+def _check_options(opts: dict[str, Any]) -> None:
+    """Refuse options that do not fit together, and an --out that cannot take the model."""
+    from sidecar.errors import ConfigError
 
     if not opts["out"] and not opts["publish"]:
         raise click.UsageError("give --out DIR and/or --publish for the recalibrated model")
@@ -110,71 +163,29 @@ def calibrate_command(**opts: Any) -> None:
         check_output_dir(opts["out"], "--out")
         if opts["out"].is_dir() and any(opts["out"].iterdir()):
             raise ConfigError(f"--out {opts['out']} is not empty")
-    settings = load_settings()
+
+
+def _read_source(opts: dict[str, Any], kb_name: str) -> Any:
+    """The artifact to recalibrate: --artifact (verified as `models import` verifies it
+    when it is to be published) or store version --version of KB ``kb_name``."""
+    from sidecar.errors import ConfigError
+
     store_dir, redis_url = opts["store_dir"], opts["redis_url"]
-    kb_name = opts["kb"] or settings.scoring.default_kb
-    if opts["publish"]:  # before the queries are encoded, not after
-        from sidecar.cli._options import check_publish_target
-
-        check_publish_target(_settings(store_dir, redis_url), kb_name)
-    if opts["artifact"] is not None:
-        if opts["ref"] != "active":
-            raise ConfigError("--artifact recalibrates that directory: leave out --version")
-        if not opts["publish"] and (store_dir or redis_url):
-            raise ConfigError("--store-dir / --redis-url name where --publish puts the model")
-        from sidecar.persistence import signing_key
-
-        key = signing_key(_settings(store_dir, redis_url))
-        if opts["publish"]:
-            # Verified as `models import` verifies: put() signs with the store's key, so an
-            # unverified directory would come out signed.
-            art = _load_for_import(opts["artifact"], key, allow_unsigned=opts["allow_unsigned"])
-        else:
-            art = load_local_dir(opts["artifact"], key)  # a wrong signature stops here too
-        check_artifact_kb(art, opts["artifact"], opts["kb"])
-    else:
+    if opts["artifact"] is None:
         art, _ = read_model(None, kb_name, opts["ref"], store_dir, redis_url, kb_name)
-    # the new version keeps the source's encoder: one --publish could not promote is
-    # refused before any query is encoded
-    promotes = opts["publish"] and not opts["no_promote"] and not opts["any_encoder"]
-    model = servable_model(
-        art, refused="nothing was recalibrated", workers=settings if promotes else None
-    )
-    embed = QueryEmbeddings.from_options(model, settings, opts)
-    E = embed(opts["id_queries"], opts["id_embeddings"], "ID")
-    target = opts["target_frr"] or float(model.params.get("target_frr") or DEFAULT_TARGET_FRR)
-    new = recalibrate(model, E, target)
-    old = new.metrics["recalibrated_from"]
-    from sidecar.persistence import model_to_artifact
+        return art
+    if opts["ref"] != "active":
+        raise ConfigError("--artifact recalibrates that directory: leave out --version")
+    if not opts["publish"] and (store_dir or redis_url):
+        raise ConfigError("--store-dir / --redis-url name where --publish puts the model")
+    from sidecar.persistence import signing_key
 
-    artifact = model_to_artifact(new)
-    if old.get("threshold_rule") == "balanced":
-        click.echo(
-            "note: the source threshold was chosen by the balanced rule; the new one is the "
-            "conformal quantile for the target false-reject rate"
-        )
-    click.echo(
-        f"KB {model.kb!r}, version {art.version[:12]} -> {artifact.version[:12]}, "
-        f"{new.metrics['n_calibration']} ID queries, target FRR {target:g}"
-    )
-    click.echo(
-        f"  threshold {model.threshold:.4f} refused {old['frr_on_recalibration_queries']:.2%} "
-        f"of them; the new {new.threshold:.4f} refuses {new.metrics['calibration_frr']:.2%}"
-    )
-    copies = model.training_copies(E)
-    if copies is not None and copies.any():
-        # The quantile's guarantee holds for queries new to the model: its own training
-        # queries score as more in-domain, so the threshold comes out too strict.
-        click.echo(
-            f"  warning: {int(copies.sum())} of these queries repeat the model's training "
-            "queries: they score as more in-domain than new traffic, and the new threshold "
-            "may refuse more than the target; leave them out"
-        )
-    if opts["out"]:
-        click.echo(f"wrote {save_dir(artifact, opts['out'])}")
+    key = signing_key(_settings(store_dir, redis_url))
     if opts["publish"]:
-        promote = not opts["no_promote"]
-        with _open(store_dir, redis_url) as store:
-            version = store.put(artifact)
-            event = store.promote(artifact.kb, version) if promote else None
-        click.echo(f"published {artifact.kb}/{version}{promoted_suffix(event, promote)}")
+        # Verified as `models import` verifies: put() signs with the store's key, so an
+        # unverified directory would come out signed.
+        art = _load_for_import(opts["artifact"], key, allow_unsigned=opts["allow_unsigned"])
+    else:
+        art = load_local_dir(opts["artifact"], key)  # a wrong signature stops here too
+    check_artifact_kb(art, opts["artifact"], opts["kb"])
+    return art

@@ -107,11 +107,58 @@ def check_command(**opts: Any) -> None:
     (--max-frr, --max-ood-accept, --min-auroc) holds, 1 when one fails, 2 on bad input.
     The queries must be new to the model: figures on training queries are optimistic.
     """
-    from model_store import ArtifactNotFound
-    from sidecar.cli._model_inputs import QueryEmbeddings, read_model
-    from sidecar.errors import ConfigError
+    from sidecar.cli._model_inputs import QueryEmbeddings
     from sidecar.settings import load_settings
-    from sidecar.training import Gate, holdout_figures
+    from sidecar.training import check_release
+
+    gates = _gates(opts)
+    ref, ref_given = _checked_ref(opts)
+    if opts["json_out"]:
+        check_output_file(opts["json_out"], "--json")
+    if opts["report_dir"]:
+        check_output_dir(opts["report_dir"], "--report")
+    settings = load_settings()
+    model, version, other = _read_models(opts, ref, ref_given, settings)
+    embed = QueryEmbeddings.from_options(model, settings, opts)
+    E_id = embed(opts["id_queries"], opts["id_embeddings"], "ID")
+    E_ood = embed(opts["ood_queries"], opts["ood_embeddings"], "OOD")
+    report = check_release(
+        model,
+        version,
+        E_id,
+        E_ood,
+        gates,
+        against=other,
+        conservative=opts["conservative"],
+    )
+    _show(f"KB {model.kb!r}, version {version[:12]}", report["checked"])
+    if other is not None:
+        _show(f"against {opts['against']}, version {other[1][:12]}", report["against"])
+    for v in report["gates"]:
+        click.echo(
+            f"gate {v['gate']} {v['limit']:g}: {'met' if v['met'] else 'FAILED'} "
+            f"(measured {v['measured']:.4f}{', 95% interval end' if opts['conservative'] else ''})"
+        )
+    if opts["promote"] and report["passed"]:
+        _promote(opts["store_dir"], opts["redis_url"], model.kb, version)
+    elif opts["promote"]:
+        click.echo(f"not promoted: {model.kb}/{version} failed a gate; the active version stays")
+    report["promoted"] = bool(opts["promote"] and report["passed"])
+    if opts["json_out"]:
+        opts["json_out"].write_text(json.dumps(report, indent=2) + "\n")
+    if opts["report_dir"]:
+        from sidecar.training import write_check_report
+
+        models = {"checked": model, **({"against": other[0]} if other is not None else {})}
+        page = write_check_report(report, models, E_id, E_ood, opts["report_dir"])
+        click.echo(f"report: {page}")
+    if not report["passed"]:
+        click.get_current_context().exit(1)
+
+
+def _gates(opts: dict[str, Any]) -> list[Any]:
+    """The gates given, once the query and promotion options are known to fit together."""
+    from sidecar.training import Gate
 
     for kind in ("id", "ood"):
         if opts[f"{kind}_queries"] and opts[f"{kind}_embeddings"]:
@@ -137,6 +184,12 @@ def check_command(**opts: Any) -> None:
         raise click.UsageError("--any-encoder applies to --promote")
     if opts["promote"] and opts["artifact"]:
         raise click.UsageError("--promote promotes a store version: leave out --artifact")
+    return gates
+
+
+def _checked_ref(opts: dict[str, Any]) -> tuple[str, bool]:
+    """The store version to check and whether --version was given; with --version-from,
+    the version that file names, its KB then filling in a missing --kb."""
     ref = opts["ref"]
     ref_given = click.get_current_context().get_parameter_source("ref") is not (
         click.core.ParameterSource.DEFAULT
@@ -153,11 +206,18 @@ def check_command(**opts: Any) -> None:
                 f"not {opts['kb']!r}"
             )
         opts["kb"] = opts["kb"] or stats_kb  # the KB it was trained for
-    if opts["json_out"]:
-        check_output_file(opts["json_out"], "--json")
-    if opts["report_dir"]:
-        check_output_dir(opts["report_dir"], "--report")
-    settings = load_settings()
+    return ref, ref_given
+
+
+def _read_models(
+    opts: dict[str, Any], ref: str, ref_given: bool, settings: Any
+) -> tuple[Any, str, tuple[Any, str] | None]:
+    """(model, version, against): the checked model and, with --against, the compared
+    (model, version), None where the KB has no such version yet."""
+    from model_store import ArtifactNotFound
+    from sidecar.cli._model_inputs import read_model
+    from sidecar.errors import ConfigError
+
     store_dir, redis_url = opts["store_dir"], opts["redis_url"]
     default_kb = settings.scoring.default_kb
     if opts["artifact"] is not None:
@@ -172,62 +232,36 @@ def check_command(**opts: Any) -> None:
     # a model --promote could not promote is refused before any query is encoded
     workers = settings if opts["promote"] and not opts["any_encoder"] else None
     model = servable_model(art, refused="nothing was checked or promoted", workers=workers)
-    other = None
-    if opts["against"]:
-        # the store of --store-dir / --redis-url / settings, with or without --artifact
-        try:
-            other_art, other_version = read_model(
-                None, model.kb, opts["against"], store_dir, redis_url, default_kb
-            )
-        except ArtifactNotFound:
-            if opts["against"] not in ("active", "previous"):
-                raise
-            # a first release has nothing to compare with; the gates still judge it
-            click.echo(f"against {opts['against']}: KB {model.kb!r} has no such version yet")
-        else:
-            other = (servable_model(other_art, refused="nothing was checked"), other_version)
-    if other is not None and other[0].encoder != model.encoder:
+    if not opts["against"]:
+        return model, version, None
+    # the store of --store-dir / --redis-url / settings, with or without --artifact
+    try:
+        other_art, other_version = read_model(
+            None, model.kb, opts["against"], store_dir, redis_url, default_kb
+        )
+    except ArtifactNotFound:
+        if opts["against"] not in ("active", "previous"):
+            raise
+        # a first release has nothing to compare with; the gates still judge it
+        click.echo(f"against {opts['against']}: KB {model.kb!r} has no such version yet")
+        return model, version, None
+    other = servable_model(other_art, refused="nothing was checked")
+    if other.encoder != model.encoder:
         raise ConfigError(
-            f"--against {opts['against']} was built with encoder {other[0].encoder}, the "
+            f"--against {opts['against']} was built with encoder {other.encoder}, the "
             f"checked model with {model.encoder}: compare models of one encoder"
         )
-    embed = QueryEmbeddings.from_options(model, settings, opts)
-    E_id = embed(opts["id_queries"], opts["id_embeddings"], "ID")
-    E_ood = embed(opts["ood_queries"], opts["ood_embeddings"], "OOD")
-    figures = {"version": version, **holdout_figures(model, E_id, E_ood)}
-    report: dict[str, Any] = {"kb": model.kb, "checked": figures, "against": None}
-    _show(f"KB {model.kb!r}, version {version[:12]}", figures)
-    if other is not None:
-        report["against"] = {"version": other[1], **holdout_figures(other[0], E_id, E_ood)}
-        _show(f"against {opts['against']}, version {other[1][:12]}", report["against"])
-    verdicts = [g.judge(figures, conservative=opts["conservative"]) for g in gates]
-    for v in verdicts:
-        click.echo(
-            f"gate {v['gate']} {v['limit']:g}: {'met' if v['met'] else 'FAILED'} "
-            f"(measured {v['measured']:.4f}{', 95% interval end' if opts['conservative'] else ''})"
-        )
-    report.update(gates=verdicts, conservative=opts["conservative"])
-    report["passed"] = all(v["met"] for v in verdicts)
-    if opts["promote"] and report["passed"]:
-        with _open(store_dir, redis_url, create=False) as store:
-            moved = store.promote(model.kb, version)
-        done = "promoted" if moved else "already active:"
-        if moved is not None and moved.action == "seal":
-            done = "already active, pointer sealed:"
-        click.echo(f"{done} {model.kb}/{version}")
-    elif opts["promote"]:
-        click.echo(f"not promoted: {model.kb}/{version} failed a gate; the active version stays")
-    report["promoted"] = bool(opts["promote"] and report["passed"])
-    if opts["json_out"]:
-        opts["json_out"].write_text(json.dumps(report, indent=2) + "\n")
-    if opts["report_dir"]:
-        from sidecar.training import write_check_report
+    return model, version, (other, other_version)
 
-        models = {"checked": model, **({"against": other[0]} if other is not None else {})}
-        page = write_check_report(report, models, E_id, E_ood, opts["report_dir"])
-        click.echo(f"report: {page}")
-    if not report["passed"]:
-        click.get_current_context().exit(1)
+
+def _promote(store_dir: Path | None, redis_url: str | None, kb: str, version: str) -> None:
+    """Promote the checked version (every gate held) and say what moved."""
+    with _open(store_dir, redis_url, create=False) as store:
+        moved = store.promote(kb, version)
+    done = "promoted" if moved else "already active:"
+    if moved is not None and moved.action == "seal":
+        done = "already active, pointer sealed:"
+    click.echo(f"{done} {kb}/{version}")
 
 
 def _version_from(path: Path) -> tuple[str, str | None]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -19,9 +18,7 @@ from sidecar.cli._options import (
     features_option,
     neighbour_bank_option,
     no_progress_option,
-    parse_features,
     seed_option,
-    select_kbs,
     target_frr_option,
     threshold_rule_option,
 )
@@ -152,84 +149,38 @@ def eval_command(
     and microseconds per query (encoder excluded). Hyperparameters are searched on a
     validation split of the training data, never on the evaluation queries.
     """
-    from threadpoolctl import threadpool_limits
-
-    from sidecar.encoders import available_cpus, load_encoder
-    from sidecar.errors import ConfigError
-    from sidecar.evaluation import (
-        DETECTORS,
-        evaluate_benchmark,
-        load_benchmark,
-        seed_spread,
-        targets,
-    )
+    from sidecar.evaluation import EvalConfig, run_evaluation
     from sidecar.settings import load_settings
-    from sidecar.training import EmbeddingCache
 
     check_output_file(json_out, "--json")
     if report_dir is not None:
         check_output_dir(report_dir, "--report")
     settings = load_settings()
-    caps = {
-        k: v
-        for k, v in (("max_train_per_kb", max_train_per_kb), ("max_eval_per_kb", max_eval_per_kb))
-        if v is not None
-    }
-    if caps and benchmark != "stackexchange":
-        raise ConfigError("--max-train-per-kb / --max-eval-per-kb apply to stackexchange only")
-    dets = (
-        DETECTORS
+    cfg = EvalConfig(
+        benchmark=benchmark,
+        data_dir=data_dir,
+        split=split,
+        detectors=None
         if detectors == "all"
-        else tuple(d.strip() for d in detectors.split(",") if d.strip())
+        else tuple(d.strip() for d in detectors.split(",") if d.strip()),
+        kbs=kbs,
+        encoder=encoder,
+        criterion=criterion,
+        target_frr=target_frr,
+        threshold_rule=threshold_rule,
+        calibration=calibration,
+        seed=seed,
+        cache_dir=cache_dir,
+        blas_threads=blas_threads,
+        max_train_per_kb=max_train_per_kb,
+        max_eval_per_kb=max_eval_per_kb,
+        fold_grouping=fold_grouping,
+        n_seeds=n_seeds,
+        protocol=protocol,
+        features=features,
+        neighbour_bank=neighbour_bank,
     )
-    grids = None
-    if features is not None or neighbour_bank is not None:
-        # the combined candidates `sidecar train` would search with the same options
-        from sidecar.training import TrainConfig, check_config, combined_grid
-
-        if "combined" not in dets:
-            raise ConfigError("--features / --neighbour-bank apply to the combined detector")
-        blocks = parse_features(features)
-        check_config(TrainConfig(features=blocks, neighbour_bank=neighbour_bank))
-        grids = {"combined": combined_grid(blocks, neighbour_bank)}
-    tasks = load_benchmark(benchmark, data_dir, split, **caps)
-    tasks = select_kbs(tasks, kbs, benchmark)
-    # The worker's backend (ONNX Runtime under `auto`), on every CPU.
-    enc = load_encoder(settings.scoring, name=encoder, threads=available_cpus())
-    cache = EmbeddingCache(enc, cache_dir, progress=not no_progress)
-
-    groups: dict[Any, Any] = {}  # near-duplicate groups: the same for every seed
-
-    def run(at: int, with_protocol: bool) -> dict[str, Any]:
-        return evaluate_benchmark(
-            benchmark,
-            split,
-            tasks,
-            cache.embed,
-            encoder={"name": enc.name, "dim": enc.dim},
-            detectors=dets,
-            criterion=criterion,
-            seed=at,
-            target_frr=target_frr,
-            progress=not no_progress,
-            threshold_rule=threshold_rule,
-            fold_grouping=fold_grouping,
-            protocol=with_protocol,
-            calibration=calibration,
-            group_cache=groups,
-            grids=grids,
-        )
-
-    with threadpool_limits(limits=blas_threads):
-        report = run(seed, protocol)
-        if n_seeds > 1:
-            extra = [run(seed + i, False) for i in range(1, n_seeds)]
-            report["seed_spread"] = seed_spread([report, *extra])
-            report["wall_s"] = round(report["wall_s"] + sum(r["wall_s"] for r in extra), 1)
-            report["targets"] = targets(report)
-    report["subsample"] = caps or None
-    if grids is not None:
-        report["combined_grid"] = {"features": features, "neighbour_bank": neighbour_bank}
+    report = run_evaluation(settings, cfg, progress=not no_progress)
     json_out.parent.mkdir(parents=True, exist_ok=True)
     json_out.write_text(json.dumps(report, indent=2) + "\n")
     click.echo(f"wrote {json_out}")

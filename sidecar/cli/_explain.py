@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -99,14 +98,8 @@ def explain_command(**opts: Any) -> None:
     """
     from tqdm.auto import tqdm
 
-    from sidecar.explain import (
-        BlackBox,
-        ChatCompletionsClient,
-        LocalSmolLM2,
-        explain,
-        load_sources,
-        parse_predicate,
-    )
+    from sidecar.errors import ConfigError
+    from sidecar.explain import ExplainRequest, run_explain
     from sidecar.settings import load_settings
 
     overrides = {
@@ -114,8 +107,6 @@ def explain_command(**opts: Any) -> None:
         for k in ("base_url", "model", "votes", "concurrency", "max_tokens", "seed", "cache_dir")
         if opts[k] is not None
     }
-    from sidecar.errors import ConfigError
-
     if not opts["query"].strip():
         raise ConfigError("--query is empty: give the question the answer was for")
     if opts["local_model"] and (opts["base_url"] is not None or opts["model"] is not None):
@@ -123,68 +114,26 @@ def explain_command(**opts: Any) -> None:
             "--local-model runs the model in process: leave out --base-url and --model"
         )
     settings = load_settings(explain=overrides)
-    es = settings.explain
     if opts["json_out"]:
         from sidecar.cli._options import check_output_file
 
         check_output_file(opts["json_out"], "--json")  # before the black-box calls
-    sources = load_sources(opts["sources_path"])
-    if len(sources) > es.max_sources:
-        raise ConfigError(
-            f"{len(sources)} sources > explain.max_sources={es.max_sources} "
-            "(the lattice has 2**n subsets)"
-        )
-    black_box: BlackBox
-    if opts["local_model"]:
-        black_box = LocalSmolLM2(
-            max_tokens=es.max_tokens, temperature=es.temperature, top_p=es.top_p
-        )
-    else:
-        black_box = ChatCompletionsClient(es)
-    predicate = parse_predicate(opts["predicate"], black_box=black_box, seed=es.seed)
-
-    async def run() -> Any:
-        bar = tqdm(unit="subset", desc="black-box calls", disable=opts["no_progress"])
-        try:
-            return await explain(
-                opts["query"],
-                sources,
-                predicate,
-                black_box,
-                rules=opts["rules"],
-                miner=opts["miner"],
-                votes=es.votes,
-                seed=es.seed,
-                concurrency=es.concurrency,
-                progress=lambda _m, _v: bar.update(1),
-            )
-        finally:
-            bar.close()
-            await black_box.aclose()
-
-    result = asyncio.run(run())
-    click.echo(result.render())
+    request = ExplainRequest(
+        query=opts["query"],
+        sources=opts["sources_path"],
+        predicate=opts["predicate"],
+        rules=opts["rules"],
+        miner=opts["miner"],
+        local_model=opts["local_model"],
+    )
+    run = run_explain(
+        settings.explain,
+        request,
+        progress=lambda: tqdm(unit="subset", desc="black-box calls", disable=opts["no_progress"]),
+    )
+    click.echo(run.result.render())
     if opts["json_out"]:
-        doc = {
-            "query": opts["query"],
-            "miner": opts["miner"],
-            **result.to_dict(),
-            "decoding": {
-                "temperature": es.temperature,
-                "top_p": es.top_p,
-                "max_tokens": es.max_tokens,
-                "seed": es.seed,
-            },
-            "sources": [{"id": s.id, "snippet": s.snippet()} for s in sources],
-        }
-        if isinstance(black_box, ChatCompletionsClient):
-            # stats.calls counts answers used (subsets x votes); what reached the endpoint
-            # differs: a judge predicate asks once more per answer, the disk cache not at all.
-            doc["endpoint"] = {
-                "requests_sent": black_box.requests_sent,
-                "cache_hits": black_box.cache_hits,
-            }
         out: Path = opts["json_out"]
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+        out.write_text(json.dumps(run.document, indent=2, ensure_ascii=False) + "\n")
         click.echo(f"wrote {out}")

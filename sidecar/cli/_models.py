@@ -272,16 +272,14 @@ def import_command(
 ) -> None:
     """Verify an artifact DIRECTORY (checksums; signature when a key is set; that its
     model loads) and store it."""
-    from sidecar.persistence import signing_key
+    from sidecar.persistence import publish_model, signing_key
 
     settings = _settings(store_dir, redis_url)
     # Verified before the store is opened: a rejected artifact needs no connection.
     artifact = _load_for_import(directory, signing_key(settings), allow_unsigned=allow_unsigned)
     workers = settings if promote and not any_encoder else None
     servable_model(artifact, refused="nothing was imported", workers=workers)
-    with _opened(settings, create=True) as store:
-        version = store.put(artifact)
-        event = store.promote(artifact.kb, version) if promote else None
+    version, event = publish_model(settings, artifact, promote=promote)
     click.echo(f"imported {artifact.kb}/{version}{promoted_suffix(event, promote)}")
 
 

@@ -154,19 +154,10 @@ def int_list(low: int) -> Callable[[click.Context, click.Parameter, str], list[i
 
 
 def select_kbs(tasks: list[Any], kbs: str | None, benchmark: str) -> list[Any]:
-    """The benchmark's tasks named in ``--kbs`` (comma-separated; None or "": all of them).
+    """:func:`sidecar.evaluation.select_kbs`: the benchmark's tasks named in ``--kbs``."""
+    from sidecar.evaluation import select_kbs as select
 
-    Raises ConfigError naming the KBs the benchmark does not have, and the ones it has.
-    """
-    from sidecar.errors import ConfigError
-
-    wanted = [k.strip() for k in (kbs or "").split(",") if k.strip()]
-    if not wanted:
-        return tasks
-    missing = sorted(set(wanted) - {t.name for t in tasks})
-    if missing:
-        raise ConfigError(f"{benchmark} has no KB {missing}; it has {[t.name for t in tasks]}")
-    return [t for t in tasks if t.name in wanted]
+    return select(tasks, kbs, benchmark)
 
 
 def check_publish_target(settings: Any, kb: str) -> None:

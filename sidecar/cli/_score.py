@@ -2,9 +2,9 @@
 
 For operators: check what the active model (or a candidate version, or a freshly trained
 artifact directory) says about known queries before promoting it, or reproduce a verdict
-from the stream. The queries go through the worker's own batch scorer (same parsing, input
-policy, encoder backend and threshold), so the verdicts are the ones the stream would
-write, and a malformed line gets the dead-letter reason the stream would give it.
+from the stream. The queries go through the worker's own batch scorer
+(:func:`sidecar.stream.score_once`), so the verdicts are the ones the stream would write,
+and a malformed line gets the dead-letter reason the stream would give it.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -83,7 +82,10 @@ def score_command(
     if not values:
         raise click.UsageError("give query TEXTS or --file")
     art, version = read_model(artifact, kb, ref, store_dir, redis_url, kb_name)
-    outcome, model = _score(settings, art, version, values)
+    from sidecar.stream import score_once
+
+    model = servable_model(art, refused="nothing was scored")
+    outcome = score_once(settings, model, version, values)
 
     now_ms = time.time() * 1000.0
     rows = sorted(
@@ -145,36 +147,3 @@ def _read_lines(path: Path | None) -> list[tuple[int, bytes]]:
             stripped = json.dumps(doc).encode()
         out.append((n, stripped))
     return out
-
-
-def _score(settings: Any, art: Any, version: str, values: list[bytes]) -> Any:
-    """Run the worker's batch scorer once over ``values`` with the model of ``art``."""
-    import asyncio
-
-    from sidecar.encoders import embed_probes, load_encoder
-    from sidecar.hotswap import LoadedModel
-    from sidecar.stream import BatchScorer, InputPolicy, Raw
-
-    model = servable_model(art, refused="nothing was scored")
-    kb = model.kb
-    # The worker's encoder: the model records only its name, which for a local directory
-    # is the folder's name, not a path to load it from.
-    encoder = load_encoder(settings.scoring)
-    model.check_encoder(encoder.name, encoder.dim, probes=embed_probes(encoder.encode))
-    loaded = LoadedModel(kb=kb, version=version, model=model, loaded_at=time.time())
-
-    class _One:
-        def snapshot(self) -> dict[str, LoadedModel]:
-            return {kb: loaded}
-
-    sc = settings.scoring
-    policy = InputPolicy(
-        kbs=(kb,), default_kb=kb, max_text_chars=sc.max_text_chars, overlong=sc.overlong
-    )
-    scorer = BatchScorer(encoder, _One(), policy, fail_mode=sc.fail_mode)
-    raws = [Raw(value=v, topic="cli", partition=0, offset=i) for i, v in enumerate(values)]
-    try:
-        outcome = asyncio.run(scorer.score(raws))
-    finally:
-        scorer.encoder_thread.close()
-    return outcome, model

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -141,10 +140,60 @@ def train_command(**opts: Any) -> None:
     (conformal quantile) and writes OUT (manifest.json + arrays.npz, no pickle). With no
     KB options it trains on the built-in demo KB, so `sidecar train --out DIR` just works.
     """
+    from tqdm.auto import tqdm
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    from sidecar.scoring import quiet_calibration
+    from sidecar.training import ReleaseConfig, check_config, load_inputs, release_model
+
+    _check_options(opts)
+    settings = _load_settings(opts)
+    if opts["publish"]:  # before the inputs are embedded, not after the training
+        from sidecar.cli._options import check_publish_target
+
+        check_publish_target(settings, opts["kb_name"] or settings.scoring.default_kb)
+    progress = not opts["no_progress"]
+    cfg = _train_config(opts)
+    check_config(cfg)  # before the inputs are embedded
+    # Inputs first (with their own encoding bar): a bad path fails before any other output.
+    inputs, embed_s = load_inputs(opts, settings, progress=progress)
+    where = ReleaseConfig(
+        out=opts["out"],
+        report_dir=opts["report_dir"],
+        report=not opts["no_report"],
+        blas_threads=opts["blas_threads"],
+    )
+    with (
+        logging_redirect_tqdm(),  # a warning gets its own line, not one inside the bar
+        quiet_calibration(),  # the summary's threshold line reports on the shipped one
+        tqdm(total=0, desc="train", unit="fit", disable=not progress) as bar,
+    ):
+
+        def stage(name: str) -> None:
+            if name == "artifact":
+                bar.total = bar.n  # planned fits that a dropped finalist never ran
+            bar.set_description(f"train: {name}")
+
+        release = release_model(inputs, cfg, where, embed_s=embed_s, tick=stage, fits=_FitBar(bar))
+    _print_summary(release, cfg, opts["criterion"], has_ood=inputs.ood_queries is not None)
+    if opts["stats_json"]:
+        Path(opts["stats_json"]).write_text(
+            json.dumps({**release.stats, "validation": release.result.validation}, indent=2) + "\n"
+        )
+    if opts["publish"]:
+        _publish(release.artifact, settings, promote=not opts["no_promote"])
+
+
+def _check_options(opts: dict[str, Any]) -> None:
+    """Refuse options that contradict each other, and outputs that cannot be written.
+
+    Options that would be silently ignored are refused: the run would not do what was
+    asked, and might only show it minutes later. Where the results go is checked first:
+    training can take minutes, and finding out only at save time that OUT is a file
+    throws all of that away.
+    """
     from sidecar.errors import ConfigError
 
-    # Options that would be silently ignored are refused: the run would not do what was
-    # asked, and might only show it minutes later.
     for given, needs, option in (
         (opts["no_promote"], opts["publish"], "--no-promote applies to --publish"),
         (opts["store_dir"], opts["publish"], "--store-dir applies to --publish"),
@@ -155,8 +204,6 @@ def train_command(**opts: Any) -> None:
             raise click.UsageError(option)
     if opts["m"] is not None and opts["m_range"]:
         raise click.UsageError("give --m (a fixed m) or --m-range (searched), not both")
-    # Where the results go is checked first: training can take minutes, and finding out
-    # only at save time that OUT is a file throws all of that away.
     check_output_dir(opts["out"], "--out")
     out_dir: Path = opts["out"]
     if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / "manifest.json").exists():
@@ -173,21 +220,11 @@ def train_command(**opts: Any) -> None:
 
         check_kb(opts["kb_name"])
 
-    from threadpoolctl import threadpool_limits
-    from tqdm.auto import tqdm
-    from tqdm.contrib.logging import logging_redirect_tqdm
 
-    from model_store import save_dir
-    from sidecar.scoring import quiet_calibration
+def _load_settings(opts: dict[str, Any]) -> Any:
+    """The settings, with --encoder and the store options over them."""
+    from sidecar.errors import ConfigError
     from sidecar.settings import load_settings
-    from sidecar.training import (
-        TrainConfig,
-        build_report,
-        check_config,
-        load_inputs,
-        parse_m_range,
-        train,
-    )
 
     overrides: dict[str, Any] = {}
     if opts["encoder"]:
@@ -203,19 +240,19 @@ def train_command(**opts: Any) -> None:
         store.update(backend="directory", directory=opts["store_dir"])
     if store:
         overrides["store"] = store
-    settings = load_settings(**overrides)
-    if opts["publish"]:  # before the inputs are embedded, not after the training
-        from sidecar.cli._options import check_publish_target
+    return load_settings(**overrides)
 
-        check_publish_target(settings, opts["kb_name"] or settings.scoring.default_kb)
-    progress = not opts["no_progress"]
-    features = parse_features(opts["features"])
-    cfg = TrainConfig(
+
+def _train_config(opts: dict[str, Any]) -> Any:
+    """The job's :class:`~sidecar.training.TrainConfig` from the command's options."""
+    from sidecar.training import TrainConfig, parse_m_range
+
+    return TrainConfig(
         detector=opts["detector"],
         criterion=opts["criterion"],
         m=opts["m"],
         m_range=parse_m_range(opts["m_range"]) if opts["m_range"] else None,
-        features=features,
+        features=parse_features(opts["features"]),
         target_frr=opts["target_frr"],
         seed=opts["seed"],
         pca_method=opts["pca_method"],
@@ -224,59 +261,23 @@ def train_command(**opts: Any) -> None:
         group_near_duplicates=opts["group_near_duplicates"],
         neighbour_bank=opts["neighbour_bank"],
     )
-    check_config(cfg)  # before the inputs are embedded
-    # Inputs first (with their own encoding bar): a bad path fails before any other output.
-    inputs, embed_s = load_inputs(opts, settings, progress=progress)
-    with (
-        threadpool_limits(limits=opts["blas_threads"]),
-        logging_redirect_tqdm(),  # a warning gets its own line, not one inside the bar
-        quiet_calibration(),  # the summary's threshold line reports on the shipped one
-        tqdm(total=0, desc="train", unit="fit", disable=not progress) as bar,
-    ):
 
-        def stage(name: str) -> None:
-            bar.set_description(f"train: {name}")
 
-        result = train(inputs, cfg, tick=stage, fits=_FitBar(bar))
-        bar.total = bar.n  # planned fits that a dropped finalist never ran
-        stage("artifact")
-        from sidecar.persistence import model_to_artifact
-
-        artifact = model_to_artifact(result.model)
-        out = save_dir(artifact, opts["out"])
-        stale = out / "report"  # an earlier run's report would describe another model
-        if (stale / "report.md").is_file():
-            shutil.rmtree(stale)
-        stats = {
-            **result.stats,
-            "embed_s": round(embed_s, 3),
-            "kb": artifact.kb,
-            "version": artifact.version,
-            "artifact_bytes": artifact.size_bytes(),
-        }
-        page = None
-        if not opts["no_report"]:
-            stage("report")
-            page = build_report(
-                inputs,
-                cfg,
-                result,
-                opts["report_dir"] or out / "report",
-                extra_summary={"version": artifact.version},
-            )
-    m = result.model
+def _print_summary(release: Any, cfg: Any, criterion: str, *, has_ood: bool) -> None:
+    """The model, its validation figures, the training queries, the threshold and the
+    run's cost, then where the artifact and the report went."""
+    m, stats = release.result.model, release.stats
     click.echo(
-        f"model {artifact.version} for KB {m.kb!r}: {m.detector_name}, criterion "
+        f"model {release.artifact.version} for KB {m.kb!r}: {m.detector_name}, criterion "
         f"{m.criterion}, m={m.m}, dims={m.dims}, threshold={m.threshold:.6g}"
     )
-    if opts["criterion"] != m.criterion and opts["criterion"] != "auto":
+    if criterion != m.criterion and criterion != "auto":
         # p-value selection needs OOD queries (or enough ID ones) for its t-test
         click.echo(
-            f"  note: --criterion {opts['criterion']} was asked for; the PCs were chosen by "
-            f"{m.criterion}"
-            + ("" if inputs.ood_queries is not None else " (no OOD training queries)")
+            f"  note: --criterion {criterion} was asked for; the PCs were chosen by "
+            f"{m.criterion}" + ("" if has_ood else " (no OOD training queries)")
         )
-    for k, v in result.validation.items():
+    for k, v in release.result.validation.items():
         if isinstance(v, float):
             click.echo(f"  {k}: {v:.4f}")
 
@@ -295,15 +296,9 @@ def train_command(**opts: Any) -> None:
         f"  train {stats['train_total_s']:.2f}s, embed {stats['embed_s']:.2f}s, "
         f"peak RSS {stats['peak_rss_mb']:.0f} MiB"
     )
-    click.echo(f"artifact: {out}")
-    if page is not None:
-        click.echo(f"report: {page}")
-    if opts["stats_json"]:
-        Path(opts["stats_json"]).write_text(
-            json.dumps({**stats, "validation": result.validation}, indent=2) + "\n"
-        )
-    if opts["publish"]:
-        _publish(artifact, settings, promote=not opts["no_promote"])
+    click.echo(f"artifact: {release.out}")
+    if release.report is not None:
+        click.echo(f"report: {release.report}")
 
 
 def threshold_summary(metrics: dict[str, Any], target_frr: float) -> str:
@@ -333,14 +328,9 @@ def threshold_summary(metrics: dict[str, Any], target_frr: float) -> str:
 
 def _publish(artifact: Any, settings: Any, *, promote: bool) -> None:
     from sidecar.cli._store_access import promoted_suffix
-    from sidecar.persistence import open_store
+    from sidecar.persistence import publish_model
 
-    store = open_store(settings)
-    try:
-        version = store.put(artifact)
-        event = store.promote(artifact.kb, version) if promote else None
-    finally:
-        store.close()
+    version, event = publish_model(settings, artifact, promote=promote)
     where = f" ({settings.store.directory})" if settings.store.backend == "directory" else ""
     click.echo(
         f"published {artifact.kb}/{version} to the {settings.store.backend} store"

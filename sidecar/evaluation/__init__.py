@@ -1,5 +1,6 @@
 """The evaluation harness: benchmark datasets and their readers, the paper's protocol
-(cross-validated folds, seeds), targets and the evaluation report.
+(cross-validated folds, seeds), targets and the evaluation report; :func:`run_evaluation`
+runs one benchmark as an :class:`EvalConfig` describes it.
 
 It uses the retraining job (:mod:`sidecar.training`); training never uses it.
 """
@@ -14,11 +15,13 @@ from sidecar.evaluation._datasets import (
 )
 from sidecar.evaluation._evaluate import DETECTORS, evaluate_benchmark, evaluate_task, seed_spread
 from sidecar.evaluation._report import read_eval_json, write_eval_report
+from sidecar.evaluation._run import EvalConfig, run_evaluation, select_kbs
 from sidecar.evaluation._targets import targets
 
 __all__ = [
     "BENCHMARKS",
     "DETECTORS",
+    "EvalConfig",
     "KBTask",
     "evaluate_benchmark",
     "evaluate_task",
@@ -27,7 +30,9 @@ __all__ = [
     "load_covid",
     "load_stackexchange",
     "read_eval_json",
+    "run_evaluation",
     "seed_spread",
+    "select_kbs",
     "targets",
     "write_eval_report",
 ]

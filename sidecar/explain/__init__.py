@@ -2,7 +2,8 @@
 
 For a query with retrieved sources, a black-box LLM answers with any subset of the
 sources kept; a predicate judges each answer. :func:`explain` mines the minimal rules
-with :class:`MonoMiner` or :class:`DualMiner` over a pruned subset lattice.
+with :class:`MonoMiner` or :class:`DualMiner` over a pruned subset lattice;
+:func:`run_explain` does it all for one :class:`ExplainRequest` (``sidecar explain``).
 """
 
 from sidecar.explain._client import AnswerCache, BlackBox, ChatCompletionsClient
@@ -26,6 +27,7 @@ from sidecar.explain._prompt import (
     load_sources,
     sources_from_records,
 )
+from sidecar.explain._run import ExplainRequest, ExplainRun, ProgressBar, run_explain
 
 __all__ = [
     "RULE_TYPES",
@@ -35,6 +37,8 @@ __all__ = [
     "Contains",
     "DualMiner",
     "EvaluatorStats",
+    "ExplainRequest",
+    "ExplainRun",
     "Explanation",
     "FamilyResult",
     "LocalSmolLM2",
@@ -42,6 +46,7 @@ __all__ = [
     "MiningReport",
     "MonoMiner",
     "Predicate",
+    "ProgressBar",
     "RuleType",
     "Source",
     "SubsetEvaluator",
@@ -53,6 +58,7 @@ __all__ = [
     "local_model_available",
     "members",
     "parse_predicate",
+    "run_explain",
     "sources_from_records",
     "to_mask",
 ]

@@ -1,8 +1,9 @@
 """The streaming sidecar: Kafka queries in, ID/OOD verdicts out, on faust-streaming.
 
 ``create_app(settings)`` builds the worker's faust app (no module-level app or model);
-``BatchScorer`` and ``Publisher`` are the scoring path and its output; the record shapes and
-dead-letter reason codes live in :mod:`sidecar.stream._records`. The explanation agent
+``BatchScorer`` and ``Publisher`` are the scoring path and its output (``score_once``
+runs that path once, without Kafka); the record shapes and dead-letter reason codes live
+in :mod:`sidecar.stream._records`. The explanation agent
 (:func:`register_explain_agent`) wraps the rule miners of :mod:`sidecar.explain` in the
 same app.
 """
@@ -24,6 +25,7 @@ from sidecar.stream._records import (
     parse_query,
 )
 from sidecar.stream._runtime import Runtime
+from sidecar.stream._score_once import score_once
 from sidecar.stream._topics import bootstrap_servers, ensure_topics, reach_brokers, sidecar_topics
 
 __all__ = [
@@ -49,5 +51,6 @@ __all__ = [
     "parse_query",
     "reach_brokers",
     "register_explain_agent",
+    "score_once",
     "sidecar_topics",
 ]

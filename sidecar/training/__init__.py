@@ -2,8 +2,10 @@
 
 :func:`train` runs the job a :class:`TrainConfig` describes on :class:`TrainInputs` (read by
 :func:`load_inputs`): carve splits, search the detector grid, calibrate, and describe the
-winner; :func:`build_report` writes its report. Around it: the embedding cache, the
-search and its grid, the splits, the metrics and the release check (:func:`holdout_figures`).
+winner; :func:`build_report` writes its report, and :func:`release_model` does all of it
+and writes the artifact. Around it: the embedding cache, the search and its grid, the
+splits, the metrics, the release check (:func:`holdout_figures`, :func:`check_release`)
+and the recalibration of a trained model on new ID queries (:func:`recalibrate_release`).
 """
 
 from sidecar.training._cache import EmbeddingCache
@@ -26,6 +28,9 @@ from sidecar.training._metrics import (
     fpr_at_tpr,
     paper_accuracy,
 )
+from sidecar.training._recalibrate import Recalibration, recalibrate_release
+from sidecar.training._release import Release, ReleaseConfig, release_model
+from sidecar.training._release_check import check_release
 from sidecar.training._search import SearchResult, resolve_calibration, search
 from sidecar.training._splits import (
     NEAR_DUPLICATE_COS,
@@ -47,6 +52,9 @@ __all__ = [
     "FitProgress",
     "Gate",
     "KBDocument",
+    "Recalibration",
+    "Release",
+    "ReleaseConfig",
     "SearchResult",
     "TrainConfig",
     "TrainInputs",
@@ -57,6 +65,7 @@ __all__ = [
     "build_report",
     "carve_splits",
     "check_config",
+    "check_release",
     "combined_grid",
     "default_grid",
     "fixed_fit",
@@ -70,6 +79,8 @@ __all__ = [
     "parse_m_range",
     "read_kb",
     "read_queries",
+    "recalibrate_release",
+    "release_model",
     "resolve_calibration",
     "search",
     "train",

@@ -91,7 +91,7 @@ def test_prepare_encoder_leaves_no_folder_behind_from_its_check(
 def test_demo_refuses_a_timeout_or_limit_that_cannot_work(
     args: list[str], words: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _forbid(monkeypatch, "sidecar.local.EmbeddedBroker")
+    _forbid(monkeypatch, "sidecar.local._demo_run.EmbeddedBroker")
     _usage_error(_invoke("demo", "--workdir", str(tmp_path / "w"), *args), *words)
     assert not (tmp_path / "w").exists()
 
@@ -113,7 +113,7 @@ def test_demo_refuses_an_explicit_redis_url_that_does_not_answer(
     monkeypatch: pytest.MonkeyPatch,
     one_error_line: Callable[[Result], str],
 ) -> None:
-    _forbid(monkeypatch, "sidecar.local.EmbeddedBroker")
+    _forbid(monkeypatch, "sidecar.local._demo_run.EmbeddedBroker")
     line = one_error_line(_invoke("demo", "--redis-url", url, "--workdir", str(tmp_path / "w")))
     assert message in line and "--directory-store" in line
     assert "secret" not in line
@@ -126,7 +126,7 @@ def test_demo_still_falls_back_quietly_when_the_settings_redis_does_not_answer(
     def no_broker(*_: Any, **__: Any) -> None:
         raise SidecarError("stand-in broker")
 
-    monkeypatch.setattr("sidecar.local.EmbeddedBroker", no_broker)
+    monkeypatch.setattr("sidecar.local._demo_run.EmbeddedBroker", no_broker)
     monkeypatch.setenv("SIDECAR_REDIS__URL", "redis://127.0.0.1:1/0")
     res = _invoke("demo", "--workdir", str(tmp_path / "w"))
     assert f"model store: directory {tmp_path / 'w' / 'store'}" in res.output, res.output

@@ -28,6 +28,7 @@ def test_all_is_pinned() -> None:
             "parse_query",
             "reach_brokers",
             "register_explain_agent",
+            "score_once",
             "sidecar_topics",
         ]
     )

@@ -1,0 +1,149 @@
+"""Run the evaluation ``sidecar eval`` describes: one benchmark, its KBs, one or more seeds.
+
+:func:`run_evaluation` reads the benchmark, embeds its queries with the worker's encoder
+(cached on disk), evaluates every detector and baseline (:func:`evaluate_benchmark`) at
+each seed and returns the report JSON; :class:`EvalConfig` holds what it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sidecar.errors import ConfigError
+from sidecar.evaluation._datasets import KBTask, load_benchmark
+from sidecar.evaluation._evaluate import DETECTORS, evaluate_benchmark, seed_spread
+from sidecar.evaluation._targets import targets
+from sidecar.scoring import DEFAULT_TARGET_FRR
+from sidecar.settings import Settings
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """One evaluation run.
+
+    ``detectors`` None evaluates every detector; ``kbs`` is a comma-separated subset of
+    the benchmark's KBs (None: all). ``max_train_per_kb`` / ``max_eval_per_kb`` subsample
+    stackexchange only. ``n_seeds`` > 1 also evaluates seeds ``seed + 1`` ... without the
+    protocol refits and reports the spread. ``features`` (comma-separated blocks, recorded
+    as given) and ``neighbour_bank`` change the combined detector's candidates as they
+    would for ``sidecar train``. ``blas_threads`` caps the BLAS threads.
+    """
+
+    benchmark: str
+    data_dir: Path
+    split: str = "dev"
+    detectors: tuple[str, ...] | None = None
+    kbs: str | None = None
+    encoder: str | None = None
+    criterion: str = "pvalue"
+    target_frr: float = DEFAULT_TARGET_FRR
+    threshold_rule: str = "frr"
+    calibration: str | None = None
+    seed: int = 0
+    cache_dir: Path | None = None
+    blas_threads: int = 1
+    max_train_per_kb: int | None = None
+    max_eval_per_kb: int | None = None
+    fold_grouping: str = "grouped"
+    n_seeds: int = 1
+    protocol: bool = True
+    features: str | None = None
+    neighbour_bank: int | None = None
+
+
+def select_kbs(tasks: Sequence[KBTask], kbs: str | None, benchmark: str) -> list[KBTask]:
+    """The benchmark's tasks named in ``kbs`` (comma-separated; None or "": all of them).
+
+    Raises ConfigError naming the KBs the benchmark does not have, and the ones it has.
+    """
+    wanted = [k.strip() for k in (kbs or "").split(",") if k.strip()]
+    if not wanted:
+        return list(tasks)
+    missing = sorted(set(wanted) - {t.name for t in tasks})
+    if missing:
+        raise ConfigError(f"{benchmark} has no KB {missing}; it has {[t.name for t in tasks]}")
+    return [t for t in tasks if t.name in wanted]
+
+
+def _grids(cfg: EvalConfig, detectors: Sequence[str]) -> dict[str, Any] | None:
+    """The combined candidates `sidecar train` would search with the same features and
+    neighbour bank; None when neither is given."""
+    if cfg.features is None and cfg.neighbour_bank is None:
+        return None
+    from sidecar.training import TrainConfig, check_config, combined_grid
+
+    if "combined" not in detectors:
+        raise ConfigError("--features / --neighbour-bank apply to the combined detector")
+    # as `sidecar train --features` reads them: None when not given
+    blocks = (
+        tuple(f.strip() for f in cfg.features.split(",") if f.strip()) if cfg.features else None
+    )
+    check_config(TrainConfig(features=blocks, neighbour_bank=cfg.neighbour_bank))
+    return {"combined": combined_grid(blocks, cfg.neighbour_bank)}
+
+
+def run_evaluation(settings: Settings, cfg: EvalConfig, *, progress: bool = True) -> dict[str, Any]:
+    """Evaluate every detector of ``cfg`` on its benchmark and return the report JSON.
+
+    The encoder is the worker's (``settings.scoring``, or ``cfg.encoder``), on every CPU;
+    ``progress`` shows the encoding and evaluation bars. The options are checked before
+    any data is read.
+    """
+    from threadpoolctl import threadpool_limits
+
+    from sidecar.encoders import available_cpus, load_encoder
+    from sidecar.training import EmbeddingCache
+
+    caps = {
+        k: v
+        for k, v in (
+            ("max_train_per_kb", cfg.max_train_per_kb),
+            ("max_eval_per_kb", cfg.max_eval_per_kb),
+        )
+        if v is not None
+    }
+    if caps and cfg.benchmark != "stackexchange":
+        raise ConfigError("--max-train-per-kb / --max-eval-per-kb apply to stackexchange only")
+    dets = DETECTORS if cfg.detectors is None else cfg.detectors
+    grids = _grids(cfg, dets)
+    tasks = load_benchmark(cfg.benchmark, cfg.data_dir, cfg.split, **caps)
+    tasks = select_kbs(tasks, cfg.kbs, cfg.benchmark)
+    # The worker's backend (ONNX Runtime under `auto`), on every CPU.
+    enc = load_encoder(settings.scoring, name=cfg.encoder, threads=available_cpus())
+    cache = EmbeddingCache(enc, cfg.cache_dir, progress=progress)
+    groups: dict[Any, Any] = {}  # near-duplicate groups: the same for every seed
+
+    def run(at: int, with_protocol: bool) -> dict[str, Any]:
+        return evaluate_benchmark(
+            cfg.benchmark,
+            cfg.split,
+            tasks,
+            cache.embed,
+            encoder={"name": enc.name, "dim": enc.dim},
+            detectors=dets,
+            criterion=cfg.criterion,
+            seed=at,
+            target_frr=cfg.target_frr,
+            progress=progress,
+            threshold_rule=cfg.threshold_rule,
+            fold_grouping=cfg.fold_grouping,
+            protocol=with_protocol,
+            calibration=cfg.calibration,
+            group_cache=groups,
+            grids=grids,
+        )
+
+    with threadpool_limits(limits=cfg.blas_threads):
+        report = run(cfg.seed, cfg.protocol)
+        if cfg.n_seeds > 1:
+            extra = [run(cfg.seed + i, False) for i in range(1, cfg.n_seeds)]
+            report["seed_spread"] = seed_spread([report, *extra])
+            report["wall_s"] = round(report["wall_s"] + sum(r["wall_s"] for r in extra), 1)
+            report["targets"] = targets(report)
+    report["subsample"] = caps or None
+    if grids is not None:
+        report["combined_grid"] = {"features": cfg.features, "neighbour_bank": cfg.neighbour_bank}
+    return report

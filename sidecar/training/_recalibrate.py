@@ -1,0 +1,59 @@
+"""Recalibrate a trained model's threshold on new in-domain queries, as a new artifact.
+
+Behind ``sidecar calibrate``: the threshold becomes the conformal quantile of the scores
+of ID queries drawn from live traffic (:func:`sidecar.scoring.recalibrate`); nothing else
+is refitted. :func:`recalibrate_release` adds what a release needs around it: the target
+rate (the model's own by default), the new artifact, and how many of the queries repeat
+the model's training queries (their figures are optimistic).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from model_store import Artifact
+from sidecar.persistence import model_to_artifact
+from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel, recalibrate
+
+
+@dataclass(frozen=True)
+class Recalibration:
+    """A recalibrated model: the new ``model`` and its ``artifact`` (a new version), the
+    ``target_frr`` it was calibrated to, the replaced threshold's figures (``source``,
+    the new model's ``metrics["recalibrated_from"]``) and ``training_copies``, the number
+    of queries that repeat the model's training queries (0 for a model that keeps none)."""
+
+    model: OODModel
+    artifact: Artifact
+    target_frr: float
+    source: dict[str, Any]
+    training_copies: int
+
+
+def recalibrate_release(
+    model: OODModel, E: np.ndarray, target_frr: float | None = None
+) -> Recalibration:
+    """``model`` recalibrated on ``E`` for ``target_frr`` (default: the model's own target).
+
+    Parameters
+    ----------
+    model : OODModel
+    E : ndarray of shape (n, dim)
+        In-domain query embeddings the model was not fitted on.
+    target_frr : float in (0, 1) or None
+        False-reject rate to calibrate to; None keeps the model's own target
+        (``params["target_frr"]``, else ``DEFAULT_TARGET_FRR``).
+    """
+    target = target_frr or float(model.params.get("target_frr") or DEFAULT_TARGET_FRR)
+    new = recalibrate(model, E, target)
+    copies = model.training_copies(E)
+    return Recalibration(
+        model=new,
+        artifact=model_to_artifact(new),
+        target_frr=target,
+        source=new.metrics["recalibrated_from"],
+        training_copies=0 if copies is None else int(copies.sum()),
+    )

@@ -6,16 +6,15 @@ end on the embedded broker (:func:`run_e2e`), a live model swap under load
 miners against brute force. Each writes a JSON report.
 """
 
-from sidecar.bench._e2e import measure_encoder, run_e2e
+from sidecar.bench._e2e import run_e2e
+from sidecar.bench._e2e_encoder import measure_encoder
 from sidecar.bench._e2e_report import median_report
+from sidecar.bench._hotpot import MemoBlackBox, SimulatedHotpotLLM, load_hotpot
 from sidecar.bench._recalibration import recalibration_study
 from sidecar.bench._rules import (
     PAPER_PRUNED_SHARE,
-    MemoBlackBox,
-    SimulatedHotpotLLM,
     compare_miners,
     hotpot_record,
-    load_hotpot,
     summarise,
     synthetic_table,
 )

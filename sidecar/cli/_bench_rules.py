@@ -140,6 +140,8 @@ def bench_rules_command(**o: Any) -> None:
         summarise,
         synthetic_table,
     )
+    from sidecar.bench._hotpot import count_records as _count_records
+    from sidecar.bench._rules import _aggregate
     from sidecar.explain import (
         BlackBox,
         ChatCompletionsClient,
@@ -280,43 +282,6 @@ def bench_rules_command(**o: Any) -> None:
     click.echo(f"wrote {o['json_out']}")
 
 
-def _aggregate(n: int, kind: str, recs: list[dict[str, Any]]) -> dict[str, Any]:
-    """One record per (n, setting): sums of calls, means of shares, all-exact flag."""
-    from statistics import mean
-
-    def avg(xs: list[float]) -> float:
-        return round(mean(xs), 4)
-
-    rules = ("retention", "omission")
-    exact = [r["exact"] for r in recs if r["exact"] is not None]
-    two_mono = sum(r["evaluations"]["mono"][x] for r in recs for x in rules)
-    dual = sum(r["evaluations"]["dual"] for r in recs)
-    return {
-        "setting": kind,
-        "n": n,
-        "tables": len(recs),
-        "lattice_nodes": 1 << n,
-        "exact": (all(exact) if exact else None),
-        "evaluations": {
-            "mono": {x: avg([r["evaluations"]["mono"][x] for r in recs]) for x in rules},
-            "dual": avg([r["evaluations"]["dual"] for r in recs]),
-            "brute_force": (1 << n) if exact else None,
-        },
-        "pruned_share": {
-            "mono": {x: avg([r["pruned_share"]["mono"][x] for r in recs]) for x in rules},
-        },
-        "dual_vs_two_mono_calls": round(dual / two_mono, 4),
-        "dual_vs_two_mono_shared_cache": avg([r["dual_vs_two_mono_shared_cache"] for r in recs]),
-        "mono_equals_dual": all(r.get("mono_equals_dual", True) for r in recs),
-    }
-
-
 def _write(path: Path, doc: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=2) + "\n")
-
-
-def _count_records(path: Path) -> int:
-    """The non-blank lines of a JSONL file (what load_hotpot counts as records)."""
-    with path.open(encoding="utf-8", errors="replace") as fh:
-        return sum(1 for line in fh if line.strip())

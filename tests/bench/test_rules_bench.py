@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
+from sidecar.bench._hotpot import SimulatedHotpotLLM, load_hotpot
 from sidecar.bench._rules import (
-    SimulatedHotpotLLM,
     compare_miners,
     hotpot_record,
-    load_hotpot,
     summarise,
     synthetic_table,
 )

@@ -6,6 +6,7 @@ end on the embedded broker (:func:`run_e2e`), a live model swap under load
 miners against brute force. Each writes a JSON report.
 """
 
+from sidecar.bench._detectors import DetectorsBenchConfig, run_detectors_bench
 from sidecar.bench._e2e import run_e2e
 from sidecar.bench._e2e_encoder import measure_encoder
 from sidecar.bench._e2e_report import median_report
@@ -24,6 +25,7 @@ from sidecar.bench._timing import cpu_facts, machine_facts, timeit, us_per_query
 
 __all__ = [
     "PAPER_PRUNED_SHARE",
+    "DetectorsBenchConfig",
     "MemoBlackBox",
     "SimulatedHotpotLLM",
     "aggregate_runs",
@@ -35,6 +37,7 @@ __all__ = [
     "measure_encoder",
     "median_report",
     "recalibration_study",
+    "run_detectors_bench",
     "run_e2e",
     "run_swap",
     "summarise",

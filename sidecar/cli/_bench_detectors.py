@@ -1,29 +1,12 @@
-"""``sidecar bench detectors``: microseconds per query of every detector.
-
-Measured on synthetic unit embeddings (encoder excluded, as in the paper): each detector
-is fitted through :func:`~sidecar.scoring.fit_ood_model`, then timed on its own input
-(projected queries for the PC detectors, embeddings for the full-space baselines) and,
-separately, end to end from embeddings through ``OODModel.score``. Every figure is the
-median over repeated timed runs; ratios are taken within one run.
-"""
+"""``sidecar bench detectors``: microseconds per query of every detector (see
+:func:`sidecar.bench.run_detectors_bench`)."""
 
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
 
 import click
 
-from sidecar.bench import machine_facts
-from sidecar.bench._detectors import (
-    _DIM,
-    _bench_models,
-    _kdtree_references,
-    _references,
-    _scale,
-    _synthetic,
-)
 from sidecar.cli._options import check_output_file, int_list
 from sidecar.cli._root import bench
 
@@ -111,9 +94,7 @@ def detectors_cmd(
     the geometric detectors scale with training points and with m. Medians of repeated
     runs; the machine's load average is recorded because it moves every figure.
     """
-    from threadpoolctl import threadpool_limits
-    from tqdm import tqdm
-
+    from sidecar.bench import DetectorsBenchConfig, run_detectors_bench
     from sidecar.errors import ConfigError
     from sidecar.scoring import detector_kinds
 
@@ -127,47 +108,19 @@ def detectors_cmd(
     if unknown:
         raise ConfigError(f"unknown detectors: {', '.join(unknown)}")
     check_output_file(json_path, "--json")
-    ns, ms = scale_n, scale_m
-    machine = machine_facts()
-    data = _synthetic(n_train, n_train, n_train, 512, seed)
-    total = len(kinds) + 3 * len(ns) + 4 * len(ms)
-    t0 = time.perf_counter()
-    limits = threadpool_limits(blas_threads, user_api="blas") if blas_threads > 0 else None
-    machine["blas_threads"] = blas_threads or "default"
-    with tqdm(total=total, unit="step") as progress:
-        results, models = _bench_models(data, m, repeats, min_time, kinds, progress)
-        reference = (
-            _references(models["epsilon_ball"], data["test"], repeats, min_time)
-            if "epsilon_ball" in models
-            else {}
-        )
-        reference.update(_kdtree_references(models, data["test"], repeats, min_time))
-        progress.set_description("scaling")
-        scale = _scale(ms, ns, repeats, min_time, seed, progress)
-    if limits is not None:
-        limits.restore_original_limits()
-    report = {
-        "detectors": results,
-        "reference": reference,
-        "scale": scale,
-        "machine": machine,
-        "setup": {
-            "m": m,
-            "n_kb": n_train,
-            "n_id_train": n_train,
-            "n_ood_train": n_train,
-            "dim": _DIM,
-            "repeats": repeats,
-            "min_time_s": min_time,
-            "seed": seed,
-            "timing": "median over repeats of an auto-sized loop; us per query = call time"
-            " / batch size; 'us_per_query_*' = detector on its own input, "
-            "'model_us_per_query_*' = OODModel.score from embeddings",
-            "wall_s": time.perf_counter() - t0,
-        },
-    }
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps(report, indent=2) + "\n")
+    config = DetectorsBenchConfig(
+        json_out=json_path,
+        kinds=tuple(kinds),
+        m=m,
+        n_train=n_train,
+        repeats=repeats,
+        min_time=min_time,
+        scale_n=tuple(scale_n),
+        scale_m=tuple(scale_m),
+        blas_threads=blas_threads,
+        seed=seed,
+    )
+    results = run_detectors_bench(config)["detectors"]
     width = max(len(k) for k in results)
     click.echo(f"{'detector':<{width}}  us/q b1   us/q b256  model b256")
     for kind, r in results.items():

@@ -55,6 +55,7 @@ PUBLIC = {
         "write_eval_report",
     ],
     "sidecar.bench": [
+        "DetectorsBenchConfig",
         "MemoBlackBox",
         "PAPER_PRUNED_SHARE",
         "SimulatedHotpotLLM",
@@ -67,6 +68,7 @@ PUBLIC = {
         "measure_encoder",
         "median_report",
         "recalibration_study",
+        "run_detectors_bench",
         "run_e2e",
         "run_swap",
         "summarise",

@@ -14,8 +14,10 @@ from sidecar.bench._hotpot import MemoBlackBox, SimulatedHotpotLLM, load_hotpot
 from sidecar.bench._recalibration import recalibration_study
 from sidecar.bench._rules import (
     PAPER_PRUNED_SHARE,
+    RulesBenchConfig,
     compare_miners,
     hotpot_record,
+    run_rules_bench,
     summarise,
     synthetic_table,
 )
@@ -27,6 +29,7 @@ __all__ = [
     "PAPER_PRUNED_SHARE",
     "DetectorsBenchConfig",
     "MemoBlackBox",
+    "RulesBenchConfig",
     "SimulatedHotpotLLM",
     "aggregate_runs",
     "compare_miners",
@@ -39,6 +42,7 @@ __all__ = [
     "recalibration_study",
     "run_detectors_bench",
     "run_e2e",
+    "run_rules_bench",
     "run_swap",
     "summarise",
     "synthetic_table",

@@ -1,12 +1,9 @@
-"""``sidecar bench rules``: exactness, evaluations and pruning of the rule miners."""
+"""``sidecar bench rules``: exactness, evaluations and pruning of the rule miners (see
+:func:`sidecar.bench.run_rules_bench`)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import platform
-import random
-import time
 from pathlib import Path
 from typing import Any
 
@@ -104,184 +101,11 @@ def bench_rules_command(**o: Any) -> None:
     Brute force checks exactness where n <= BRUTE-MAX-N. Writes one record per n and
     setting plus medians, beside the paper's pruning (up to 70% omission, 50% retention).
     """
+    from sidecar.bench import RulesBenchConfig, run_rules_bench
     from sidecar.cli._options import check_output_file
-    from sidecar.errors import ConfigError, DataError
 
-    # Every input is checked before the synthetic part (minutes) and before any model or
-    # endpoint is touched.
     check_output_file(o["json_out"], "--json")
-    if o["n_min"] > o["n_max"]:
-        raise ConfigError("--n-min must not exceed --n-max")
-    if o["base_url"] is not None and not o["base_url"].startswith(("http://", "https://")):
-        raise ConfigError(f"--base-url must be http(s)://..., got {o['base_url']!r}")
-    if o["llm_questions"] and not (o["base_url"] or o["local_model"]):
-        raise ConfigError("--llm-questions needs --local-model or --base-url")
-    hotpot_path: Path = o["hotpot_path"]
-    if (o["hotpot_questions"] or o["llm_questions"]) and not hotpot_path.is_file():
-        if hotpot_path.is_dir():
-            raise DataError(f"--hotpot {hotpot_path} is a directory, not a HotpotQA JSONL file")
-        # With a hint: the default path is relative to the current directory, so it is
-        # missing when run from anywhere else.
-        where = "" if hotpot_path.is_absolute() else " (relative to the current directory)"
-        raise DataError(
-            f"HotpotQA file not found: {hotpot_path}{where}; pass --hotpot PATH, "
-            "or --hotpot-questions 0 (and no --llm-questions) to skip HotpotQA"
-        )
-
-    from tqdm.auto import tqdm
-
-    from sidecar.bench import (
-        PAPER_PRUNED_SHARE,
-        MemoBlackBox,
-        SimulatedHotpotLLM,
-        compare_miners,
-        hotpot_record,
-        load_hotpot,
-        summarise,
-        synthetic_table,
-    )
-    from sidecar.bench._hotpot import count_records as _count_records
-    from sidecar.bench._rules import _aggregate
-    from sidecar.explain import (
-        BlackBox,
-        ChatCompletionsClient,
-        Contains,
-        LocalSmolLM2,
-        build_messages,
-    )
-    from sidecar.settings import load_settings
-
-    # The questions are read now too, so that a bad file or an --llm-skip past its end
-    # is reported before the synthetic part rather than after it.
-    sim_items = (
-        load_hotpot(hotpot_path, limit=o["hotpot_questions"], n_sources=o["hotpot_sources"])
-        if o["hotpot_questions"]
-        else []
-    )
-    llm_items = []
-    explain_settings = None
-    if o["llm_questions"]:
-        if o["llm_skip"]:
-            records = _count_records(hotpot_path)
-            if o["llm_skip"] >= records:
-                raise ConfigError(
-                    f"--llm-skip {o['llm_skip']} skips past the end of {hotpot_path} "
-                    f"({records} records)"
-                )
-        screen = max(o["llm_screen"], o["llm_questions"])
-        llm_items = load_hotpot(
-            hotpot_path, limit=screen, n_sources=o["llm_sources"], skip=o["llm_skip"]
-        )
-        if o["base_url"]:
-            overrides = {"base_url": o["base_url"], "max_tokens": o["max_tokens"]}
-            if o["model"]:
-                overrides["model"] = o["model"]
-            explain_settings = load_settings(explain=overrides).explain
-    started = time.time()
-    report: dict[str, Any] = {
-        "benchmark": "rules",
-        "paper_pruned_share_up_to": PAPER_PRUNED_SHARE,
-        "machine": {"python": platform.python_version(), "cpu": platform.machine()},
-        "seed": o["seed"],
-        "notes": [],
-    }
-
-    # --- synthetic --------------------------------------------------------------------
-    kinds = ("monotone", "antitone", "monotone_noisy", "random")
-    synthetic: list[dict[str, Any]] = []
-    ns = range(o["n_min"], o["n_max"] + 1)
-    bar = tqdm(total=len(ns) * len(kinds), desc="synthetic", disable=o["no_progress"])
-    for n in ns:
-        for kind in kinds:
-            recs = []
-            for k in range(o["tables"]):
-                rng = random.Random(f"{o['seed']}:{kind}:{n}:{k}")
-                table = synthetic_table(kind, n, rng)
-
-                async def sample(mask: int, i: int, table: dict[int, bool] = table) -> bool:
-                    return table[mask]
-
-                recs.append(asyncio.run(compare_miners(n, sample, brute=n <= o["brute_max_n"])))
-            synthetic.append(_aggregate(n, kind, recs))
-            bar.update(1)
-    bar.close()
-    report["synthetic"] = synthetic
-    report["synthetic_summary"] = {
-        kind: summarise(r for r in synthetic if r["setting"] == kind) for kind in kinds
-    }
-
-    # --- HotpotQA, simulated black box ------------------------------------------------
-    hotpot: list[dict[str, Any]] = []
-    if o["hotpot_questions"]:
-        for item in tqdm(sim_items, desc="hotpotqa (simulated)", disable=o["no_progress"]):
-            rec = asyncio.run(
-                hotpot_record(
-                    item,
-                    SimulatedHotpotLLM(item, o["seed"]),
-                    brute=len(item.sources) <= o["brute_max_n"],
-                )
-            )
-            hotpot.append({"setting": "hotpotqa_simulated", **rec})
-        report["notes"].append(
-            "hotpotqa_simulated uses a SIMULATED black box on HotpotQA structure (gold answer "
-            "iff all supporting paragraphs are kept, or any one of them for a seeded 30% of "
-            "questions), not a language model"
-        )
-
-    # --- HotpotQA, real LLM ----------------------------------------------------------
-    if o["llm_questions"]:
-        # What is done so far is kept should the slow phase fail (a lost endpoint).
-        _write(o["json_out"], {**report, "hotpotqa": hotpot})
-        black_box: BlackBox
-        if explain_settings is not None:
-            black_box = ChatCompletionsClient(explain_settings)
-        else:  # --local-model (checked above)
-            black_box = LocalSmolLM2(max_tokens=o["max_tokens"])
-        items = llm_items
-        memo = MemoBlackBox(black_box)  # the screening answers are reused by the miners
-        setting = f"hotpotqa_llm:{black_box.name}"
-
-        async def llm_phase() -> None:
-            # one event loop for the whole phase: an HTTP client's pool belongs to one loop
-            picked = items
-            if o["llm_screen"]:
-                picked, screened = [], []
-                for item in tqdm(items, desc="screening", disable=o["no_progress"]):
-                    full = build_messages(item.question, item.sources, (1 << len(item.sources)) - 1)
-                    answer = await memo.complete(full, seed=0)
-                    ok = await Contains(item.answer)(answer)
-                    screened.append({"qid": item.qid, "gold": item.answer, "answer": answer,
-                                     "contains_gold": ok})  # fmt: skip
-                    if ok and len(picked) < o["llm_questions"]:
-                        picked.append(item)
-                report["hotpotqa_llm_screening"] = screened
-            for item in tqdm(picked, desc=setting, disable=o["no_progress"]):
-                brute = len(item.sources) <= o["brute_max_n"]
-                rec = await hotpot_record(item, memo, brute=brute)
-                hotpot.append({"setting": setting, **rec})
-                _write(o["json_out"], {**report, "hotpotqa": hotpot})  # partial results
-            await black_box.aclose()
-
-        asyncio.run(llm_phase())
-        report["hotpotqa_llm_generations"] = memo.asked
-        if o["llm_screen"]:
-            report["notes"].append(
-                f"{setting}: only questions whose all-sources answer contains the gold answer "
-                f"(screened {len(items)} from question {o['llm_skip']}) were mined; "
-                f"{o['llm_sources']} paragraphs per question (supporting ones + distractors)"
-            )
-    report["hotpotqa"] = hotpot
-    report["hotpotqa_summary"] = {
-        s: summarise(r for r in hotpot if r["setting"] == s)
-        for s in sorted({r["setting"] for r in hotpot})
-    }
-    report["wall_s"] = round(time.time() - started, 1)
-    _write(o["json_out"], report)
+    report = run_rules_bench(RulesBenchConfig(**o))
     click.echo(json.dumps({"synthetic": report["synthetic_summary"],
                            "hotpotqa": report["hotpotqa_summary"]}, indent=2))  # fmt: skip
     click.echo(f"wrote {o['json_out']}")
-
-
-def _write(path: Path, doc: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=2) + "\n")

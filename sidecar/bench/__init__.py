@@ -14,13 +14,12 @@ from sidecar.bench._hotpot import MemoBlackBox, SimulatedHotpotLLM, load_hotpot
 from sidecar.bench._recalibration import recalibration_study
 from sidecar.bench._rules import (
     PAPER_PRUNED_SHARE,
-    RulesBenchConfig,
     compare_miners,
     hotpot_record,
-    run_rules_bench,
     summarise,
     synthetic_table,
 )
+from sidecar.bench._rules_run import RulesBenchConfig, run_rules_bench
 from sidecar.bench._swap import run_swap
 from sidecar.bench._swap_report import aggregate_runs
 from sidecar.bench._timing import cpu_facts, machine_facts, timeit, us_per_query

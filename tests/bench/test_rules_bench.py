@@ -123,7 +123,7 @@ def _no_work(monkeypatch: pytest.MonkeyPatch) -> None:
     def boom(*_: object, **__: object) -> None:
         raise AssertionError("the benchmark started before its inputs were checked")
 
-    monkeypatch.setattr("sidecar.bench._rules.compare_miners", boom)
+    monkeypatch.setattr("sidecar.bench._rules_run.compare_miners", boom)
     monkeypatch.setattr("sidecar.explain.LocalSmolLM2", boom)
 
 

@@ -23,6 +23,7 @@ from sidecar.bench._rules_run import RulesBenchConfig, run_rules_bench
 from sidecar.bench._swap import run_swap
 from sidecar.bench._swap_report import aggregate_runs
 from sidecar.bench._timing import cpu_facts, machine_facts, timeit, us_per_query
+from sidecar.bench._train_scale import TrainScaleBenchConfig, run_train_scale_bench
 
 __all__ = [
     "PAPER_PRUNED_SHARE",
@@ -30,6 +31,7 @@ __all__ = [
     "MemoBlackBox",
     "RulesBenchConfig",
     "SimulatedHotpotLLM",
+    "TrainScaleBenchConfig",
     "aggregate_runs",
     "compare_miners",
     "cpu_facts",
@@ -43,6 +45,7 @@ __all__ = [
     "run_e2e",
     "run_rules_bench",
     "run_swap",
+    "run_train_scale_bench",
     "summarise",
     "synthetic_table",
     "timeit",

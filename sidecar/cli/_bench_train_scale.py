@@ -1,5 +1,5 @@
 """``sidecar bench train-scale``: wall time and peak memory of ``sidecar train`` on
-synthetic KBs of growing size, each in its own process."""
+synthetic KBs of growing size (see :func:`sidecar.bench.run_train_scale_bench`)."""
 
 from __future__ import annotations
 
@@ -73,18 +73,18 @@ def train_scale_command(
     MB at the default sizes) are deleted afterwards unless --work-dir names where to
     keep them.
     """
-    import tempfile
-
-    from sidecar.bench._train_scale import _train_scale
+    from sidecar.bench import TrainScaleBenchConfig, run_train_scale_bench
     from sidecar.cli._options import parse_features
-    from sidecar.training import TrainConfig, check_config
 
     check_output_file(json_out, "--json")
-    blocks = None if features == "default" else parse_features(features)
-    check_config(TrainConfig(features=blocks))  # a bad block before any KB is made
-    if work_dir is not None:
-        work_dir.mkdir(parents=True, exist_ok=True)
-        _train_scale(sizes, dim, queries, pca_method, blocks, json_out, work_dir)
-        return
-    with tempfile.TemporaryDirectory(prefix="train-scale-") as tmp:
-        _train_scale(sizes, dim, queries, pca_method, blocks, json_out, Path(tmp))
+    config = TrainScaleBenchConfig(
+        json_out=json_out,
+        sizes=tuple(sizes),
+        dim=dim,
+        queries=queries,
+        pca_method=pca_method,
+        features=None if features == "default" else parse_features(features),
+        work_dir=work_dir,
+    )
+    run_train_scale_bench(config, echo=click.echo)
+    click.echo(f"wrote {json_out}")

@@ -11,7 +11,11 @@ from sidecar.bench._e2e import run_e2e
 from sidecar.bench._e2e_encoder import measure_encoder
 from sidecar.bench._e2e_report import median_report
 from sidecar.bench._hotpot import MemoBlackBox, SimulatedHotpotLLM, load_hotpot
-from sidecar.bench._recalibration import recalibration_study
+from sidecar.bench._recalibration import (
+    RecalibrationBenchConfig,
+    recalibration_study,
+    run_recalibration_bench,
+)
 from sidecar.bench._rules import (
     PAPER_PRUNED_SHARE,
     compare_miners,
@@ -29,6 +33,7 @@ __all__ = [
     "PAPER_PRUNED_SHARE",
     "DetectorsBenchConfig",
     "MemoBlackBox",
+    "RecalibrationBenchConfig",
     "RulesBenchConfig",
     "SimulatedHotpotLLM",
     "TrainScaleBenchConfig",
@@ -43,6 +48,7 @@ __all__ = [
     "recalibration_study",
     "run_detectors_bench",
     "run_e2e",
+    "run_recalibration_bench",
     "run_rules_bench",
     "run_swap",
     "run_train_scale_bench",

@@ -7,7 +7,7 @@ miners against brute force. Each writes a JSON report.
 """
 
 from sidecar.bench._detectors import DetectorsBenchConfig, run_detectors_bench
-from sidecar.bench._e2e import run_e2e
+from sidecar.bench._e2e import E2EBenchConfig, run_e2e_bench
 from sidecar.bench._e2e_encoder import measure_encoder
 from sidecar.bench._e2e_report import median_report
 from sidecar.bench._hotpot import MemoBlackBox, SimulatedHotpotLLM, load_hotpot
@@ -32,6 +32,7 @@ from sidecar.bench._train_scale import TrainScaleBenchConfig, run_train_scale_be
 __all__ = [
     "PAPER_PRUNED_SHARE",
     "DetectorsBenchConfig",
+    "E2EBenchConfig",
     "MemoBlackBox",
     "RecalibrationBenchConfig",
     "RulesBenchConfig",
@@ -47,7 +48,7 @@ __all__ = [
     "median_report",
     "recalibration_study",
     "run_detectors_bench",
-    "run_e2e",
+    "run_e2e_bench",
     "run_recalibration_bench",
     "run_rules_bench",
     "run_swap",

@@ -56,6 +56,7 @@ PUBLIC = {
     ],
     "sidecar.bench": [
         "DetectorsBenchConfig",
+        "E2EBenchConfig",
         "MemoBlackBox",
         "PAPER_PRUNED_SHARE",
         "RecalibrationBenchConfig",
@@ -72,7 +73,7 @@ PUBLIC = {
         "median_report",
         "recalibration_study",
         "run_detectors_bench",
-        "run_e2e",
+        "run_e2e_bench",
         "run_recalibration_bench",
         "run_rules_bench",
         "run_swap",

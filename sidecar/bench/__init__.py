@@ -24,7 +24,7 @@ from sidecar.bench._rules import (
     synthetic_table,
 )
 from sidecar.bench._rules_run import RulesBenchConfig, run_rules_bench
-from sidecar.bench._swap import run_swap
+from sidecar.bench._swap import SwapBenchConfig, run_swap_bench
 from sidecar.bench._swap_report import aggregate_runs
 from sidecar.bench._timing import cpu_facts, machine_facts, timeit, us_per_query
 from sidecar.bench._train_scale import TrainScaleBenchConfig, run_train_scale_bench
@@ -37,6 +37,7 @@ __all__ = [
     "RecalibrationBenchConfig",
     "RulesBenchConfig",
     "SimulatedHotpotLLM",
+    "SwapBenchConfig",
     "TrainScaleBenchConfig",
     "aggregate_runs",
     "compare_miners",
@@ -51,7 +52,7 @@ __all__ = [
     "run_e2e_bench",
     "run_recalibration_bench",
     "run_rules_bench",
-    "run_swap",
+    "run_swap_bench",
     "run_train_scale_bench",
     "summarise",
     "synthetic_table",

@@ -19,16 +19,17 @@ import asyncio
 import json
 import logging
 import os
-import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sidecar.bench._e2e_report import peak_rss_mb, percentile, scrape, targets
-from sidecar.errors import BrokerError, DataError
+from sidecar.bench._e2e_encoder import encoder_only_qps
+from sidecar.bench._e2e_phase import run_phase, time_split
+from sidecar.bench._e2e_report import median_report, peak_rss_mb, scrape, targets
+from sidecar.bench._report_file import write_report
+from sidecar.errors import DataError
 
 log = logging.getLogger(__name__)
 
@@ -60,347 +61,97 @@ def bench_texts(source: str, shared_data: Path | None = None) -> list[str]:
     return [t for t, _ in demo_data().labelled()]
 
 
-async def _run_phase(
-    bootstrap: str,
-    topic_in: str,
-    topic_out: str,
-    texts: list[str],
-    prefix: str,
-    rate_hz: float | None,
-    timeout_s: float,
-    progress: Callable[[int], None] | None = None,
-) -> dict[str, Any]:
-    """Produce ``texts`` (paced at ``rate_hz`` or flat out) and wait for every verdict."""
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+@dataclass(frozen=True)
+class E2EBenchConfig:
+    """The worker's settings and the load of ``sidecar bench e2e``, and where its report goes.
 
-    consumer = AIOKafkaConsumer(
-        topic_out,
-        bootstrap_servers=bootstrap,
-        group_id=None,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-        fetch_max_wait_ms=5,
-    )
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
-    await consumer.start()
-    await producer.start()
-    ids = {f"{prefix}-{i}" for i in range(len(texts))}
-    received: dict[str, float] = {}
-    latencies: list[float] = []
-    in_worker: list[float] = []  # the verdict's own latency_ms: record timestamp to produce
-    done = asyncio.Event()
-
-    async def consume() -> None:
-        while len(received) < len(ids):
-            for msgs in (await consumer.getmany(timeout_ms=50)).values():
-                now = time.time() * 1000.0
-                for m in msgs:
-                    doc = json.loads(m.value)
-                    qid = doc["id"]
-                    if qid in ids and qid not in received:
-                        received[qid] = now
-                        latencies.append(now - sent_ts[qid])
-                        if doc.get("latency_ms") is not None:
-                            in_worker.append(float(doc["latency_ms"]))
-                        if progress:
-                            progress(1)
-        done.set()
-
-    sent_ts: dict[str, float] = {}
-    task = asyncio.create_task(consume())
-    t_start = time.time()
-    try:
-        for i, text in enumerate(texts):
-            if rate_hz:
-                delay = t_start + i / rate_hz - time.time()
-                if delay > 0:
-                    await asyncio.sleep(delay)  # pacing the offered load
-            qid = f"{prefix}-{i}"
-            ts = time.time() * 1000.0
-            sent_ts[qid] = ts
-            doc = {"id": qid, "text": text, "ts": int(ts)}
-            await producer.send(topic_in, json.dumps(doc).encode(), key=qid.encode())
-        await producer.flush()
-        await asyncio.wait_for(done.wait(), timeout_s)
-    except TimeoutError as exc:
-        raise BrokerError(
-            f"only {len(received)} of {len(ids)} verdicts in {timeout_s:.0f} s"
-        ) from exc
-    finally:
-        task.cancel()
-        await producer.stop()
-        await consumer.stop()
-    elapsed = (max(received.values()) / 1000.0) - t_start
-    return {
-        "queries": len(texts),
-        "elapsed_s": round(elapsed, 3),
-        "throughput_qps": round(len(texts) / elapsed, 2),
-        "latency_ms_p50": round(percentile(latencies, 0.5), 2),
-        "latency_ms_p99": round(percentile(latencies, 0.99), 2),
-        "worker_latency_ms_p50": round(percentile(in_worker, 0.5), 2),
-        "worker_latency_ms_p99": round(percentile(in_worker, 0.99), 2),
-    }
-
-
-def encoder_only_qps(
-    texts: list[str],
-    batch_size: int,
-    *,
-    encoder: str,
-    threads: int,
-    dtype: str = "float32",
-    backend: str = "torch",
-    repeats: int = 1,
-) -> float:
-    """Embedding throughput of a fresh child process (same process type as the worker)."""
-    with tempfile.TemporaryDirectory(prefix="sidecar-bench-") as tmp:
-        src, out = Path(tmp) / "texts.json", Path(tmp) / "out.json"
-        src.write_text(json.dumps(texts))
-        cmd = [
-            sys.executable,
-            "-m",
-            "sidecar",
-            "bench",
-            "e2e-encoder",
-            "--texts-file",
-            str(src),
-            "--batch-size",
-            str(batch_size),
-            "--encoder",
-            encoder,
-            "--json",
-            str(out),
-            "--repeats",
-            str(repeats),
-            "--threads",
-            str(threads),
-            "--dtype",
-            dtype,
-            "--backend",
-            backend,
-        ]
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-        return float(json.loads(out.read_text())["encoder_only_qps"])
-
-
-def measure_encoder(
-    texts: list[str],
-    batch_size: int,
-    encoder_name: str,
-    repeats: int,
-    *,
-    threads: int = 0,
-    dtype: str = "float32",
-    backend: str = "torch",
-) -> dict[str, Any]:
-    """Body of ``sidecar bench e2e-encoder``: embed ``texts`` in batches, best of ``repeats``.
-
-    The batches are encoded on one dedicated thread (:class:`EncoderThread`), exactly as
-    the worker calls the encoder: torch's intra-op threading differs between the main
-    thread and other threads, and on a busy machine that alone changes throughput by 2x.
+    ``queries``: the saturation run's queries; ``half_rate_queries``: at most this many
+    in the half-rate run. ``batch_max``, ``batch_timeout_ms`` and the ``encoder_*``
+    fields are the worker's ``scoring`` settings (``batch_max`` is also the encoder-only
+    batch size). ``source``: "demo" or "clinc" texts. ``repeat``: whole runs, folded by
+    :func:`median_report`. ``workdir``: where the worker log and the store are kept
+    (None: a fresh temporary folder). ``timeout_s``: per wait for the worker or a phase.
     """
-    from sidecar.encoders import encoder_threads, load_encoder
-    from sidecar.settings import ScoringSettings
-    from sidecar.stream import EncoderThread
 
-    n_threads = encoder_threads(threads)
-    sc = ScoringSettings(
-        encoder=encoder_name,
-        encoder_threads=n_threads,
-        encoder_dtype=dtype,
-        encoder_backend=backend,
-    )
-    enc = EncoderThread(load_encoder(sc))
-
-    async def run() -> float:
-        texts_warm = texts[:batch_size]
-        await enc.encode(texts_warm, batch_size=batch_size)  # as the worker
-        best = 0.0
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            for i in range(0, len(texts), batch_size):
-                chunk = texts[i : i + batch_size]
-                await enc.encode(chunk, batch_size=batch_size)
-            best = max(best, len(texts) / (time.perf_counter() - t0))
-        return best
-
-    qps = asyncio.run(run())
-    return {
-        "encoder_only_qps": round(qps, 2),
-        "queries": len(texts),
-        "batch_size": batch_size,
-        "encoder_threads": n_threads,
-        "encoder_dtype": dtype,
-        "encoder_backend": backend,
-        "calling_thread": "one dedicated encoder thread (as in the worker)",
-    }
+    json_out: Path
+    queries: int = 2000
+    half_rate_queries: int = 1000
+    batch_max: int = 64
+    batch_timeout_ms: int = 5
+    encoder_threads: int = 0
+    encoder_dtype: str = "float32"
+    encoder_backend: str = "auto"
+    source: str = "demo"
+    repeat: int = 1
+    workdir: Path | None = None
+    timeout_s: float = 600.0
 
 
-def _split(
-    before: dict[str, float], after: dict[str, float]
-) -> tuple[dict[str, float], float, float]:
-    """Per-query ms in each stage between two scrapes; also the records and batches."""
-    n = after.get("sidecar_records_total", 0.0) - before.get("sidecar_records_total", 0.0)
-    b0, b1 = before.get("sidecar_batch_size_count", 0.0), after.get("sidecar_batch_size_count", 0.0)
-    split = {
-        s: round(
-            1000.0 * (after.get(f"stage_{s}", 0.0) - before.get(f"stage_{s}", 0.0)) / max(n, 1.0), 4
-        )
-        for s in ("decode", "encode", "detect", "produce")
-    }
-    return split, n, b1 - b0
+def run_e2e_bench(config: E2EBenchConfig, *, echo: Callable[[str], None] = print) -> dict[str, Any]:
+    """The whole benchmark, ``config.repeat`` times; writes the report and returns it."""
+    work = config.workdir or Path(tempfile.mkdtemp(prefix="sidecar-bench-e2e-"))
+    runs = []
+    for i in range(config.repeat):
+        run_dir = work / f"run-{i}" if config.repeat > 1 else work
+        run_dir.mkdir(parents=True, exist_ok=True)
+        runs.append(_run_once(config, run_dir, echo))
+    report = runs[0] if config.repeat == 1 else median_report(runs)
+    write_report(config.json_out, report)
+    return report
 
 
-def run_e2e(
-    *,
-    queries: int,
-    half_rate_queries: int,
-    batch_max: int,
-    batch_timeout_ms: int,
-    source: str,
-    workdir: Path,
-    encoder_threads: int = 0,
-    encoder_dtype: str = "float32",
-    encoder_backend: str = "auto",
-    timeout_s: float = 600.0,
-    echo: Callable[[str], None] = print,
-) -> dict[str, Any]:
-    """The whole benchmark; returns the JSON report."""
-    from tqdm import tqdm
+@dataclass(frozen=True)
+class _WorkerRun:
+    """What one run measured on the worker: its encoder, both timed phases (and the
+    per-query time split between the ``/metrics`` scrapes around each), its peak RSS."""
 
-    from sidecar.encoders import SentenceTransformerEncoder, available_cpus
-    from sidecar.encoders import encoder_threads as resolve_threads
-    from sidecar.local import EmbeddedBroker, WorkerProcess, free_port, publish, train_demo_model
-    from sidecar.persistence import open_store
-    from sidecar.settings import load_settings
-    from sidecar.stream import ensure_topics
+    encoder: str
+    backend: str
+    sat: dict[str, Any]
+    half: dict[str, Any]
+    rate: float
+    split: tuple[dict[str, float], float, float]
+    half_split: tuple[dict[str, float], float, float]
+    rss: float | None
 
-    pool = bench_texts(source)
-    texts = [pool[i % len(pool)] for i in range(queries)]
+
+def _run_once(c: E2EBenchConfig, workdir: Path, echo: Callable[[str], None]) -> dict[str, Any]:
+    """One run: the worker's phases, then the encoder alone; the run's report."""
+    pool = bench_texts(c.source)
+    texts = [pool[i % len(pool)] for i in range(c.queries)]
     load_start = os.getloadavg()
     report: dict[str, Any] = {
-        "source": source,
-        "batch_max": batch_max,
-        "batch_timeout_ms": batch_timeout_ms,
+        "source": c.source,
+        "batch_max": c.batch_max,
+        "batch_timeout_ms": c.batch_timeout_ms,
         "cpu_count": os.cpu_count(),
     }
-    with EmbeddedBroker() as broker:
-        settings = load_settings(
-            kafka={
-                "brokers": broker.url,
-                "app_id": "sidecar-bench",
-                "session_timeout_s": 6.0,
-                "fetch_max_wait_ms": EmbeddedBroker.FETCH_MAX_WAIT_MS,
-            },
-            store={"backend": "directory", "directory": workdir / "store", "poll_interval_s": 1.0},
-            scoring={
-                "batch_max": batch_max,
-                "batch_timeout_ms": batch_timeout_ms,
-                "encoder_threads": encoder_threads,
-                "encoder_dtype": encoder_dtype,
-                "encoder_backend": encoder_backend,
-            },
-            web={"host": "127.0.0.1", "port": free_port()},
-        )
-        k = settings.kafka
-        asyncio.run(ensure_topics(settings))
-        worker = WorkerProcess(settings, log_path=workdir / "worker.log")
-        worker.start()
-        try:
-            echo("training the demo model (the worker loads its encoder meanwhile) ...")
-            model = train_demo_model(SentenceTransformerEncoder(settings.scoring.encoder))
-            store = open_store(settings)
-            publish(store, model)
-            store.close()
-            ready = worker.wait_ready(timeout_s)
-            resolved = _resolved_backend(ready, encoder_backend)
-            # A short untimed run first: the first batches pay one-off costs.
-            asyncio.run(
-                _run_phase(
-                    broker.bootstrap,
-                    k.queries_topic,
-                    k.verdicts_topic,
-                    texts[: 2 * batch_max],
-                    "warm",
-                    None,
-                    timeout_s,
-                )
-            )
-            before = scrape(str(worker.get("/metrics")[1]))
-            with tqdm(total=queries, desc="saturation", unit="q") as bar:
-                sat = asyncio.run(
-                    _run_phase(
-                        broker.bootstrap,
-                        k.queries_topic,
-                        k.verdicts_topic,
-                        texts,
-                        "sat",
-                        None,
-                        timeout_s,
-                        bar.update,
-                    )
-                )
-            after = scrape(str(worker.get("/metrics")[1]))
-            rate = sat["throughput_qps"] / 2.0
-            n_half = min(half_rate_queries, max(50, int(rate * 30)))
-            half_texts = [pool[i % len(pool)] for i in range(n_half)]
-            with tqdm(total=n_half, desc=f"half rate {rate:.0f}/s", unit="q") as bar:
-                half_before = scrape(str(worker.get("/metrics")[1]))
-                half = asyncio.run(
-                    _run_phase(
-                        broker.bootstrap,
-                        k.queries_topic,
-                        k.verdicts_topic,
-                        half_texts,
-                        "half",
-                        rate,
-                        timeout_s,
-                        bar.update,
-                    )
-                )
-            half_after = scrape(str(worker.get("/metrics")[1]))
-            rss = peak_rss_mb(worker.pid) if worker.pid else None
-        finally:
-            worker.terminate()
+    run = _measure_worker(c, workdir, texts, pool, echo)
     echo("measuring the encoder alone in a fresh process ...")
-    threads = resolve_threads(encoder_threads)
-
-    def ceiling(n_threads: int) -> float:
-        return encoder_only_qps(
-            texts,
-            batch_max,
-            encoder=settings.scoring.encoder,
-            threads=n_threads,
-            dtype=encoder_dtype,
-            backend=resolved,
-            repeats=2,
-        )
-
-    enc_qps = ceiling(threads)
-    cpus = available_cpus()
-    enc_all = ceiling(cpus) if cpus != threads else enc_qps
-    split, n, batches = _split(before, after)
-    half_split, n_half_seen, half_batches = _split(half_before, half_after)
+    threads, enc_qps, cpus, enc_all = _encoder_ceiling(c, texts, run.encoder, run.backend)
+    split, n, batches = run.split
+    half_split, n_half_seen, half_batches = run.half_split
+    sat, half = run.sat, run.half
     report.update(
         {
-            "queries": queries,
+            "queries": c.queries,
             "throughput_qps": sat["throughput_qps"],
             "latency_ms_p50": sat["latency_ms_p50"],
             "latency_ms_p99": sat["latency_ms_p99"],
             "encoder_threads": threads,
-            "encoder_dtype": encoder_dtype,
-            "encoder_backend": resolved,
-            "encoder_backend_setting": encoder_backend,
+            "encoder_dtype": c.encoder_dtype,
+            "encoder_backend": run.backend,
+            "encoder_backend_setting": c.encoder_backend,
             "encoder_only_qps": enc_qps,
             "ratio_to_encoder": round(sat["throughput_qps"] / enc_qps, 3) if enc_qps else None,
             # The encoder alone on every CPU, nothing beside it: not the worker's setting,
             # reported so the thread choice can be judged.
             "encoder_only_qps_all_cpus": {"threads": cpus, "qps": enc_all},
-            "worker_peak_rss_mb": round(rss, 1) if rss is not None else None,
+            "worker_peak_rss_mb": round(run.rss, 1) if run.rss is not None else None,
             "time_split_ms_per_query": split,
             "mean_batch_size_saturation": round(n / batches, 2) if batches else None,
             "half_rate": {
-                "rate_qps": round(rate, 2),
+                "rate_qps": round(run.rate, 2),
                 **half,
                 "time_split_ms_per_query": half_split,
                 "mean_batch_size": round(n_half_seen / half_batches, 2) if half_batches else None,
@@ -413,6 +164,127 @@ def run_e2e(
         report["ratio_to_encoder"], half["latency_ms_p99"], report["worker_peak_rss_mb"]
     )
     return report
+
+
+def _worker_settings(c: E2EBenchConfig, broker: Any, workdir: Path) -> Any:
+    """The worker's settings: the embedded broker, a directory store in ``workdir``."""
+    from sidecar.local import EmbeddedBroker, free_port
+    from sidecar.settings import load_settings
+
+    return load_settings(
+        kafka={
+            "brokers": broker.url,
+            "app_id": "sidecar-bench",
+            "session_timeout_s": 6.0,
+            "fetch_max_wait_ms": EmbeddedBroker.FETCH_MAX_WAIT_MS,
+        },
+        store={"backend": "directory", "directory": workdir / "store", "poll_interval_s": 1.0},
+        scoring={
+            "batch_max": c.batch_max,
+            "batch_timeout_ms": c.batch_timeout_ms,
+            "encoder_threads": c.encoder_threads,
+            "encoder_dtype": c.encoder_dtype,
+            "encoder_backend": c.encoder_backend,
+        },
+        web={"host": "127.0.0.1", "port": free_port()},
+    )
+
+
+def _measure_worker(
+    c: E2EBenchConfig, workdir: Path, texts: list[str], pool: list[str], echo: Callable[[str], None]
+) -> _WorkerRun:
+    """Start the broker and a worker, publish the demo model, time both phases."""
+    from sidecar.encoders import SentenceTransformerEncoder
+    from sidecar.local import EmbeddedBroker, WorkerProcess, publish, train_demo_model
+    from sidecar.persistence import open_store
+    from sidecar.stream import ensure_topics
+
+    with EmbeddedBroker() as broker:
+        settings = _worker_settings(c, broker, workdir)
+        asyncio.run(ensure_topics(settings))
+        worker = WorkerProcess(settings, log_path=workdir / "worker.log")
+        worker.start()
+        try:
+            echo("training the demo model (the worker loads its encoder meanwhile) ...")
+            model = train_demo_model(SentenceTransformerEncoder(settings.scoring.encoder))
+            store = open_store(settings)
+            publish(store, model)
+            store.close()
+            ready = worker.wait_ready(c.timeout_s)
+            resolved = _resolved_backend(ready, c.encoder_backend)
+            phases = _phases(c, broker.bootstrap, settings.kafka, worker, texts, pool)
+            rss = peak_rss_mb(worker.pid) if worker.pid else None
+        finally:
+            worker.terminate()
+    return _WorkerRun(settings.scoring.encoder, resolved, rss=rss, **phases)
+
+
+def _phases(
+    c: E2EBenchConfig, bootstrap: str, k: Any, worker: Any, texts: list[str], pool: list[str]
+) -> dict[str, Any]:
+    """Warm-up, saturation, then half the measured rate; the time split around each."""
+    from tqdm import tqdm
+
+    def phase(
+        batch: list[str], prefix: str, rate: float | None, progress: Any = None
+    ) -> dict[str, Any]:
+        return asyncio.run(
+            run_phase(
+                bootstrap, k.queries_topic, k.verdicts_topic, batch, prefix, rate, c.timeout_s,
+                progress,
+            )
+        )  # fmt: skip
+
+    def metrics() -> dict[str, float]:
+        return scrape(str(worker.get("/metrics")[1]))
+
+    # A short untimed run first: the first batches pay one-off costs.
+    phase(texts[: 2 * c.batch_max], "warm", None)
+    before = metrics()
+    with tqdm(total=c.queries, desc="saturation", unit="q") as bar:
+        sat = phase(texts, "sat", None, bar.update)
+    after = metrics()
+    rate = sat["throughput_qps"] / 2.0
+    n_half = min(c.half_rate_queries, max(50, int(rate * 30)))
+    half_texts = [pool[i % len(pool)] for i in range(n_half)]
+    with tqdm(total=n_half, desc=f"half rate {rate:.0f}/s", unit="q") as bar:
+        half_before = metrics()
+        half = phase(half_texts, "half", rate, bar.update)
+    half_after = metrics()
+    return {
+        "sat": sat,
+        "half": half,
+        "rate": rate,
+        "split": time_split(before, after),
+        "half_split": time_split(half_before, half_after),
+    }
+
+
+def _encoder_ceiling(
+    c: E2EBenchConfig, texts: list[str], encoder: str, backend: str
+) -> tuple[int, float, int, float]:
+    """The encoder alone in a fresh process: with the worker's threads, and with every
+    CPU (the same figure where they are equal); also both thread counts."""
+    from sidecar.encoders import available_cpus
+    from sidecar.encoders import encoder_threads as resolve_threads
+
+    threads = resolve_threads(c.encoder_threads)
+
+    def ceiling(n_threads: int) -> float:
+        return encoder_only_qps(
+            texts,
+            c.batch_max,
+            encoder=encoder,
+            threads=n_threads,
+            dtype=c.encoder_dtype,
+            backend=backend,
+            repeats=2,
+        )
+
+    enc_qps = ceiling(threads)
+    cpus = available_cpus()
+    enc_all = ceiling(cpus) if cpus != threads else enc_qps
+    return threads, enc_qps, cpus, enc_all
 
 
 def _resolved_backend(readyz: Any, setting: str) -> str:

@@ -78,7 +78,7 @@ def _nested(outer: str, inner: str) -> Callable[[dict[str, Any]], Any]:
 
 
 def median_report(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Several ``run_e2e`` reports as one: medians of the figures, the worst RSS, every run.
+    """Several runs of ``run_e2e_bench`` as one: medians of the figures, the worst RSS, every run.
 
     The ratio is the median of each run's own ratio (worker and ceiling measured in the
     same run), not a ratio of medians.

@@ -48,76 +48,14 @@ def swap_report(
     swap_window: float,
     config: dict[str, Any],
 ) -> dict[str, Any]:
+    """One run's report from what it sent (query id -> (send time in s, partition)), every
+    verdict read back, the swap times (s) and the replicas' install delays (ms)."""
     from collections import Counter
 
     counts = Counter(v["id"] for v in verdicts)
-    # The versions a partition may go through, and from when: A, then B from the promotion,
-    # then A again from the rollback. Anything else is a regression.
-    inf = float("inf")
-    epochs = [
-        (versions["A"], -inf),
-        (versions["B"], marks.get("promote", inf) * 1000),
-        (versions["A"], marks.get("rollback", inf) * 1000),
-    ]
-    regressions, no_model = 0, 0
-    by_part: dict[int, list[dict[str, Any]]] = {}
-    for v in verdicts:
-        by_part.setdefault(v["_partition"], []).append(v)
-    for rows in by_part.values():
-        e = 0
-        for v in sorted(rows, key=lambda r: r["_offset"]):
-            mv = v.get("model_version")
-            if mv is None:
-                no_model += 1
-                continue
-            ok = [
-                j for j in range(e, len(epochs)) if epochs[j][0] == mv and epochs[j][1] <= v["ts"]
-            ]
-            if ok:
-                e = ok[0]
-            else:
-                regressions += 1
-    swap: dict[str, Any] = {}
-    for name, target in (("promote", versions["B"]), ("rollback", versions["A"])):
-        since = marks.get(name)
-        per_replica: dict[str, float | None] = {}
-        for i in sorted(set(owners.values())):
-            parts = [p for p, o in owners.items() if o == i]
-            firsts = [
-                v["ts"]
-                for v in verdicts
-                if v["_partition"] in parts
-                and v.get("model_version") == target
-                and since
-                and v["ts"] >= since * 1000
-            ]
-            per_replica[f"replica-{i}"] = (
-                round(min(firsts) - since * 1000, 1) if firsts and since else None
-            )
-        vals = [x for x in per_replica.values() if x is not None]
-        swap[name] = {
-            "first_verdict_per_replica": per_replica,
-            "installed_per_replica": install.get(name, {}),
-            "max": max(vals) if vals and len(vals) == len(per_replica) else None,
-        }
-    maxes = [s["max"] for s in swap.values()]
-    swap["max"] = max(maxes) if all(m is not None for m in maxes) else None
-
-    windows = [(t, t + swap_window) for t in marks.values()]
-    warm = min(sent.values())[0] + 2.0 if sent else 0.0
-    first: dict[str, dict[str, Any]] = {}
-    for v in verdicts:
-        first.setdefault(v["id"], v)
-    steady: list[float] = []
-    during: list[float] = []
-    for qid, (t_sent, _) in sent.items():
-        fv = first.get(qid)
-        if fv is None or fv.get("latency_ms") is None:
-            continue
-        if any(a <= t_sent <= b for a, b in windows):
-            during.append(float(fv["latency_ms"]))
-        elif t_sent >= warm:
-            steady.append(float(fv["latency_ms"]))
+    regressions, no_model = _regressions(verdicts, marks, versions)
+    swap = _swap_latency(verdicts, marks, install, owners, versions)
+    steady, during = _latency_tails(sent, verdicts, marks, swap_window)
     p99_s, p99_d = _p(steady, 99), _p(during, 99)
     lost = sum(1 for q in sent if q not in counts)
     dups = sum(c - 1 for c in counts.values() if c > 1)
@@ -150,6 +88,103 @@ def swap_report(
         p99_d=p99_d,
     )
     return report
+
+
+def _regressions(
+    verdicts: list[dict[str, Any]], marks: dict[str, float], versions: dict[str, str]
+) -> tuple[int, int]:
+    """Verdicts whose model version goes back in a partition's order; and verdicts with
+    no model version at all."""
+    # The versions a partition may go through, and from when: A, then B from the promotion,
+    # then A again from the rollback. Anything else is a regression.
+    inf = float("inf")
+    epochs = [
+        (versions["A"], -inf),
+        (versions["B"], marks.get("promote", inf) * 1000),
+        (versions["A"], marks.get("rollback", inf) * 1000),
+    ]
+    regressions, no_model = 0, 0
+    by_part: dict[int, list[dict[str, Any]]] = {}
+    for v in verdicts:
+        by_part.setdefault(v["_partition"], []).append(v)
+    for rows in by_part.values():
+        e = 0
+        for v in sorted(rows, key=lambda r: r["_offset"]):
+            mv = v.get("model_version")
+            if mv is None:
+                no_model += 1
+                continue
+            ok = [
+                j for j in range(e, len(epochs)) if epochs[j][0] == mv and epochs[j][1] <= v["ts"]
+            ]
+            if ok:
+                e = ok[0]
+            else:
+                regressions += 1
+    return regressions, no_model
+
+
+def _swap_latency(
+    verdicts: list[dict[str, Any]],
+    marks: dict[str, float],
+    install: dict[str, dict[str, float | None]],
+    owners: dict[int, int],
+    versions: dict[str, str],
+) -> dict[str, Any]:
+    """Per swap and replica, ms from the swap to the replica's first verdict by the new
+    model (and to its install); the max over replicas, and over both swaps."""
+    swap: dict[str, Any] = {}
+    for name, target in (("promote", versions["B"]), ("rollback", versions["A"])):
+        since = marks.get(name)
+        per_replica: dict[str, float | None] = {}
+        for i in sorted(set(owners.values())):
+            parts = [p for p, o in owners.items() if o == i]
+            firsts = [
+                v["ts"]
+                for v in verdicts
+                if v["_partition"] in parts
+                and v.get("model_version") == target
+                and since
+                and v["ts"] >= since * 1000
+            ]
+            per_replica[f"replica-{i}"] = (
+                round(min(firsts) - since * 1000, 1) if firsts and since else None
+            )
+        vals = [x for x in per_replica.values() if x is not None]
+        swap[name] = {
+            "first_verdict_per_replica": per_replica,
+            "installed_per_replica": install.get(name, {}),
+            "max": max(vals) if vals and len(vals) == len(per_replica) else None,
+        }
+    maxes = [s["max"] for s in swap.values()]
+    swap["max"] = max(maxes) if all(m is not None for m in maxes) else None
+    return swap
+
+
+def _latency_tails(
+    sent: dict[str, tuple[float, int]],
+    verdicts: list[dict[str, Any]],
+    marks: dict[str, float],
+    swap_window: float,
+) -> tuple[list[float], list[float]]:
+    """The first verdicts' own latencies (ms): of queries sent in steady state (after a
+    2 s warm-up), and of those sent within ``swap_window`` s after a swap."""
+    windows = [(t, t + swap_window) for t in marks.values()]
+    warm = min(sent.values())[0] + 2.0 if sent else 0.0
+    first: dict[str, dict[str, Any]] = {}
+    for v in verdicts:
+        first.setdefault(v["id"], v)
+    steady: list[float] = []
+    during: list[float] = []
+    for qid, (t_sent, _) in sent.items():
+        fv = first.get(qid)
+        if fv is None or fv.get("latency_ms") is None:
+            continue
+        if any(a <= t_sent <= b for a, b in windows):
+            during.append(float(fv["latency_ms"]))
+        elif t_sent >= warm:
+            steady.append(float(fv["latency_ms"]))
+    return steady, during
 
 
 def aggregate_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:

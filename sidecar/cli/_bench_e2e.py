@@ -1,9 +1,9 @@
-"""``sidecar bench e2e``: the worker end to end against the embedded broker."""
+"""``sidecar bench e2e``: the worker end to end against the embedded broker (see
+:func:`sidecar.bench.run_e2e_bench`)."""
 
 from __future__ import annotations
 
 import json
-import tempfile
 from pathlib import Path
 
 import click
@@ -116,31 +116,23 @@ def e2e(
     throughput_qps, latency_ms_p50/p99, encoder_only_qps, ratio_to_encoder,
     worker_peak_rss_mb, the per-query time split and the targets.
     """
-    from sidecar.bench import median_report, run_e2e
+    from sidecar.bench import E2EBenchConfig, run_e2e_bench
 
     check_output_file(json_out, "--json")
-    work = workdir or Path(tempfile.mkdtemp(prefix="sidecar-bench-e2e-"))
-    runs = []
-    for i in range(repeat):
-        run_dir = work / f"run-{i}" if repeat > 1 else work
-        run_dir.mkdir(parents=True, exist_ok=True)
-        runs.append(
-            run_e2e(
-                queries=queries,
-                half_rate_queries=half_rate_queries,
-                batch_max=batch_max,
-                batch_timeout_ms=batch_timeout_ms,
-                encoder_threads=encoder_threads,
-                encoder_dtype=encoder_dtype,
-                encoder_backend=encoder_backend,
-                source=source,
-                workdir=run_dir,
-                echo=click.echo,
-            )
-        )
-    report = runs[0] if repeat == 1 else median_report(runs)
-    json_out.parent.mkdir(parents=True, exist_ok=True)
-    json_out.write_text(json.dumps(report, indent=2) + "\n")
+    config = E2EBenchConfig(
+        json_out=json_out,
+        queries=queries,
+        half_rate_queries=half_rate_queries,
+        batch_max=batch_max,
+        batch_timeout_ms=batch_timeout_ms,
+        encoder_threads=encoder_threads,
+        encoder_dtype=encoder_dtype,
+        encoder_backend=encoder_backend,
+        source=source,
+        repeat=repeat,
+        workdir=workdir,
+    )
+    report = run_e2e_bench(config, echo=click.echo)
     click.echo(
         json.dumps(
             {

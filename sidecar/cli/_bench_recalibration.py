@@ -4,15 +4,12 @@ Per KB of a benchmark with its own training split (CLINC150, StackExchange), a m
 trained as ``sidecar eval`` trains it; half of the KB's evaluation ID queries then
 recalibrate its threshold (``sidecar calibrate``) and the other half judges the shipped and
 the recalibrated threshold, and the other way round (see
-:mod:`sidecar.bench._recalibration`).
+:func:`sidecar.bench.run_recalibration_bench`).
 """
 
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -78,16 +75,11 @@ def recalibration_command(
     swap. Reports false-reject rate, OOD accept rate and balanced accuracy per KB and on
     average.
     """
-    from threadpoolctl import threadpool_limits
-    from tqdm import tqdm
-
-    from sidecar.bench import recalibration_study
-    from sidecar.encoders import available_cpus, load_encoder
+    from sidecar.bench import RecalibrationBenchConfig, run_recalibration_bench
     from sidecar.errors import ConfigError, DataError
     from sidecar.evaluation import load_benchmark
     from sidecar.scoring import detector_kinds
     from sidecar.settings import load_settings
-    from sidecar.training import EmbeddingCache
 
     check_output_file(json_out, "--json")
     if detector not in detector_kinds():
@@ -96,56 +88,22 @@ def recalibration_command(
         raise DataError(f"--data-dir {data_dir} is not a directory")
     tasks = load_benchmark(benchmark, data_dir, "dev")
     tasks = select_kbs(tasks, kbs, benchmark)
-    settings = load_settings()
-    enc = load_encoder(settings.scoring, name=encoder, threads=available_cpus())
-    cache = EmbeddingCache(enc, cache_dir, progress=not no_progress)
-    t0 = time.perf_counter()
-    per_kb: dict[str, Any] = {}
-    with threadpool_limits(limits=blas_threads):
-        for task in tqdm(tasks, desc="KBs", unit="KB", disable=no_progress):
-            try:
-                per_kb[task.name] = recalibration_study(
-                    task,
-                    cache.embed,
-                    encoder={"name": enc.name, "dim": enc.dim},
-                    detector=detector,
-                    seed=seed,
-                    target_frr=target_frr,
-                )
-            except DataError as exc:  # too few queries for the target: the others still count
-                click.echo(f"skipped: {exc}", err=True)
-                per_kb[task.name] = {"skipped": str(exc)}
-    done = [r for r in per_kb.values() if "skipped" not in r]
-    if not done:
-        raise DataError("no KB could be studied (each one's reason is above)")
-    mean = {
-        side: {
-            k: sum(r[side][k] for r in done) / len(done)
-            for k in ("false_reject_rate", "ood_accept_rate", "balanced_accuracy")
-        }
-        for side in ("shipped", "recalibrated")
-    }
-    report = {
-        "benchmark": benchmark,
-        "split": "dev",
-        "detector": detector,
-        "encoder": enc.name,
-        "target_frr": target_frr,
-        "seed": seed,
-        "protocol": "per KB: trained as `sidecar eval` trains it; the KB's evaluation ID "
-        "queries cut into two halves (near-duplicates together); each half recalibrates "
-        "the threshold (conformal quantile of its scores) and the other half plus every "
-        "OOD evaluation query judges the shipped and the recalibrated threshold; figures "
-        "are means over the two halves, then over KBs",
-        "mean": mean,
-        "n_kbs": len(done),
-        "kbs": per_kb,
-        "wall_s": round(time.perf_counter() - t0, 1),
-    }
-    json_out.parent.mkdir(parents=True, exist_ok=True)
-    json_out.write_text(json.dumps(report, indent=2) + "\n")
+    config = RecalibrationBenchConfig(
+        json_out=json_out,
+        benchmark=benchmark,
+        detector=detector,
+        encoder=encoder,
+        target_frr=target_frr,
+        seed=seed,
+        cache_dir=cache_dir,
+        blas_threads=blas_threads,
+        no_progress=no_progress,
+    )
+    report = run_recalibration_bench(
+        config, tasks, load_settings().scoring, warn=lambda line: click.echo(line, err=True)
+    )
     for side in ("shipped", "recalibrated"):
-        m = mean[side]
+        m = report["mean"][side]
         click.echo(
             f"{side:<13} FRR {m['false_reject_rate']:.2%}  OOD accepted "
             f"{m['ood_accept_rate']:.2%}  balanced accuracy {m['balanced_accuracy']:.4f}"

@@ -9,7 +9,6 @@ replica and the latency tail in steady state and around the swaps.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -79,39 +78,20 @@ def swap_command(
     repeat: int,
 ) -> None:
     """Measure a live model swap through the real sidecar (embedded broker, real Redis)."""
+    from sidecar.bench import SwapBenchConfig, run_swap_bench
+
     check_output_file(json_out, "--json")
-    import asyncio
-    import tempfile
-
-    from sidecar.bench import aggregate_runs, run_swap
-    from sidecar.local import EmbeddedBroker, EmbeddedRedis, free_port
-
-    logs = log_dir or Path(tempfile.mkdtemp(prefix="bench-swap-"))
-    logs.mkdir(parents=True, exist_ok=True)
-    runs = []
-    for i in range(repeat):
-        with EmbeddedBroker() as broker, EmbeddedRedis() as redis:
-            run = asyncio.run(
-                run_swap(
-                    broker.url,
-                    redis.url,
-                    rate=rate,
-                    duration=duration,
-                    replicas=replicas,
-                    partitions=partitions,
-                    swap_window=swap_window,
-                    logs=logs / f"run-{i}",
-                    free_port=free_port,
-                )
-            )
-        runs.append(run)
-        click.echo(
-            f"run {i + 1}/{repeat}: lost {run['lost']}, duplicates {run['duplicates']}, "
-            f"regressions {run['version_regressions']}, swap max {run['swap_latency_ms']['max']} ms"
-        )
-    report = aggregate_runs(runs)
-    json_out.parent.mkdir(parents=True, exist_ok=True)
-    json_out.write_text(json.dumps(report, indent=2) + "\n")
+    config = SwapBenchConfig(
+        json_out=json_out,
+        rate=rate,
+        duration=duration,
+        replicas=replicas,
+        partitions=partitions,
+        swap_window=swap_window,
+        log_dir=log_dir,
+        repeat=repeat,
+    )
+    report = run_swap_bench(config, echo=click.echo)
     s = report["swap_latency_ms"]
     click.echo(
         f"sent {report['sent']}, verdicts {report['verdicts']}, lost {report['lost']}, "

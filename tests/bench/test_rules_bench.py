@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
+from sidecar.bench._hotpot import SimulatedHotpotLLM, load_hotpot
 from sidecar.bench._rules import (
-    SimulatedHotpotLLM,
     compare_miners,
     hotpot_record,
-    load_hotpot,
     summarise,
     synthetic_table,
 )
@@ -124,7 +123,7 @@ def _no_work(monkeypatch: pytest.MonkeyPatch) -> None:
     def boom(*_: object, **__: object) -> None:
         raise AssertionError("the benchmark started before its inputs were checked")
 
-    monkeypatch.setattr("sidecar.bench.compare_miners", boom)
+    monkeypatch.setattr("sidecar.bench._rules_run.compare_miners", boom)
     monkeypatch.setattr("sidecar.explain.LocalSmolLM2", boom)
 
 

@@ -11,7 +11,7 @@ import asyncio
 
 import pytest
 
-from sidecar.bench._rules import MemoBlackBox
+from sidecar.bench._hotpot import MemoBlackBox
 from sidecar.explain import (
     LocalSmolLM2,
     Source,

@@ -198,8 +198,8 @@ def test_bench_detectors_strips_names_and_refuses_an_empty_list(
         picked.append(kinds)
         raise SidecarError("stand-in benchmark")
 
-    monkeypatch.setattr("sidecar.cli._bench_detectors._bench_models", stand_in)
-    monkeypatch.setattr("sidecar.cli._bench_detectors._synthetic", lambda *_: {})
+    monkeypatch.setattr("sidecar.bench._detectors._bench_models", stand_in)
+    monkeypatch.setattr("sidecar.bench._detectors._synthetic", lambda *_: {})
     out = tmp_path / "r.json"
     base = ["bench", "detectors", "--json", str(out)]
     res = _invoke(*base, "--detectors", " logreg, knn ")

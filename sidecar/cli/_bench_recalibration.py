@@ -20,7 +20,6 @@ from sidecar.cli._options import (
     encoder_option,
     no_progress_option,
     seed_option,
-    select_kbs,
     target_frr_option,
 )
 from sidecar.cli._root import bench
@@ -77,7 +76,7 @@ def recalibration_command(
     """
     from sidecar.bench import RecalibrationBenchConfig, run_recalibration_bench
     from sidecar.errors import ConfigError, DataError
-    from sidecar.evaluation import load_benchmark
+    from sidecar.evaluation import load_benchmark, select_kbs
     from sidecar.scoring import detector_kinds
     from sidecar.settings import load_settings
 

@@ -153,13 +153,6 @@ def int_list(low: int) -> Callable[[click.Context, click.Parameter, str], list[i
     return parse
 
 
-def select_kbs(tasks: list[Any], kbs: str | None, benchmark: str) -> list[Any]:
-    """:func:`sidecar.evaluation.select_kbs`: the benchmark's tasks named in ``--kbs``."""
-    from sidecar.evaluation import select_kbs as select
-
-    return select(tasks, kbs, benchmark)
-
-
 def check_publish_target(settings: Any, kb: str) -> None:
     """Fail before a command's long work where it could not publish at its end: a store
     directory that cannot be made (checked, not created), or a Redis store that cannot

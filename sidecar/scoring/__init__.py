@@ -26,7 +26,7 @@ from sidecar.scoring._calibration import (
     quiet_calibration,
     recalibrate,
 )
-from sidecar.scoring._fit import fit_ood_model
+from sidecar.scoring._fit import FitConfig, fit_model, fit_ood_model
 from sidecar.scoring._geometric import EpsilonBall, EpsilonCube, EpsilonRect
 from sidecar.scoring._gmm import GMMDetector
 from sidecar.scoring._linear import CombinedDetector, LogRegDetector
@@ -47,6 +47,7 @@ __all__ = [
     "EpsilonBall",
     "EpsilonCube",
     "EpsilonRect",
+    "FitConfig",
     "GMMDetector",
     "KBSubspace",
     "KNNDetector",
@@ -61,6 +62,7 @@ __all__ = [
     "conformal_threshold",
     "detector_class",
     "detector_kinds",
+    "fit_model",
     "fit_ood_model",
     "make_detector",
     "min_calibration_size",

@@ -21,7 +21,7 @@ from sidecar.errors import ConfigError
 from sidecar.evaluation._datasets import KBTask
 from sidecar.evaluation._folds import FOLD_GROUPINGS, cross_fit_training, query_groups, random_folds
 from sidecar.evaluation._targets import PROTOCOL_M, protocol_table, targets
-from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel
+from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel, detector_table
 from sidecar.training import (
     METRIC_KEYS,
     NEAR_DUPLICATE_COS,
@@ -42,19 +42,8 @@ log = logging.getLogger(__name__)
 
 Embed = Callable[[Sequence[str]], np.ndarray]
 
-DETECTORS = (
-    "epsilon_ball",
-    "epsilon_cube",
-    "epsilon_rect",
-    "logreg",
-    "svm",
-    "gmm",
-    "residual",
-    "combined",
-    "max_cosine",
-    "mahalanobis",
-    "knn",
-)
+# Every detector, in the table order of the scoring registry (the report's JSON keys).
+DETECTORS = detector_table()
 # The paper's protocol, PROTOCOL_M PCs under both criteria: every detector of the
 # paper, plus the product's combined detector, at fixed parameters (radius quantile 0.95,
 # C = 1, four components), not searched, so that only the criterion differs.

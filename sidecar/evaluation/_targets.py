@@ -8,11 +8,14 @@ from typing import Any
 
 import numpy as np
 
+from sidecar.scoring import detector_table
+
 PRODUCT_DETECTOR = "combined"
-BASELINES = ("max_cosine", "mahalanobis", "knn")
+# The families of the scoring registry, in its table order.
+BASELINES = detector_table("baseline")
+PAPER_DETECTORS = detector_table("paper")
 # The paper's protocol: same detector, same m, EVR vs p-value PC selection.
 PROTOCOL_M = 13
-PAPER_DETECTORS = ("epsilon_ball", "epsilon_cube", "epsilon_rect", "logreg", "svm", "gmm")
 
 
 def protocol_table(protocol: Mapping[str, Any]) -> dict[str, Any]:

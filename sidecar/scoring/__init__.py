@@ -6,10 +6,12 @@ labels are 1 for OOD and 0 for ID.
 """
 
 from sidecar.scoring._base import (
+    FAMILIES,
     INPUT_BLOCKS,
     OODDetector,
     detector_class,
     detector_kinds,
+    detector_table,
     make_detector,
     needs_ood_error,
 )
@@ -39,6 +41,7 @@ from sidecar.scoring._svm import SVMDetector
 
 __all__ = [
     "DEFAULT_TARGET_FRR",
+    "FAMILIES",
     "INPUT_BLOCKS",
     "MIN_PROBE_COSINE",
     "PROBE_TEXTS",
@@ -62,6 +65,7 @@ __all__ = [
     "conformal_threshold",
     "detector_class",
     "detector_kinds",
+    "detector_table",
     "fit_model",
     "fit_ood_model",
     "make_detector",

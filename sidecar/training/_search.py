@@ -35,7 +35,13 @@ from typing import Any
 import numpy as np
 
 from sidecar.errors import ConfigError, DataError
-from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel, detector_class, needs_ood_error
+from sidecar.scoring import (
+    DEFAULT_TARGET_FRR,
+    OODModel,
+    detector_class,
+    detector_table,
+    needs_ood_error,
+)
 from sidecar.training._cross import (
     MAX_FINALISTS,
     OutOfFold,
@@ -62,8 +68,9 @@ log = logging.getLogger(__name__)
 SELECTIONS = ("one_se", "best")
 # How the shipped model's conformal threshold is calibrated (see search).
 CALIBRATIONS = ("split", "cross")
-# Baselines in the full embedding space: the MAX_DIMS budget does not apply to them.
-FULL_SPACE_DETECTORS = frozenset({"max_cosine", "knn", "mahalanobis"})
+# Detectors in the full embedding space (the registry's ``full_space``): the MAX_DIMS
+# budget does not apply to them.
+FULL_SPACE_DETECTORS = frozenset(k for k in detector_table() if detector_class(k).full_space)
 
 
 def resolve_calibration(threshold_rule: str, calibration: str | None) -> str:

@@ -15,25 +15,15 @@ from typing import Any
 import numpy as np
 
 from sidecar.errors import ConfigError, DataError
+from sidecar.scoring import detector_table
 from sidecar.training._fitting import fixed_fit, with_balanced_threshold
 from sidecar.training._grid import MAX_DIMS, default_grid
 from sidecar.training._job import TrainConfig, TrainInputs, TrainResult, grouped_splits
 from sidecar.training._metrics import paper_accuracy
 from sidecar.training._report import ReportData, pc_loadings, write_report
 
-REPORT_DETECTORS = (
-    "epsilon_ball",
-    "epsilon_cube",
-    "epsilon_rect",
-    "logreg",
-    "svm",
-    "gmm",
-    "residual",
-    "combined",
-    "max_cosine",
-    "mahalanobis",
-    "knn",
-)
+# The detectors whose ROC the report draws: every one, in the registry's table order.
+REPORT_DETECTORS = detector_table()
 M_CURVE = (4, 8, 13, 20, 28)
 
 

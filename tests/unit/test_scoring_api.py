@@ -10,6 +10,7 @@ def test_all_is_pinned() -> None:
         [
             "CombinedDetector",
             "DEFAULT_TARGET_FRR",
+            "FAMILIES",
             "EpsilonBall",
             "EpsilonCube",
             "EpsilonRect",
@@ -32,6 +33,7 @@ def test_all_is_pinned() -> None:
             "conformal_threshold",
             "detector_class",
             "detector_kinds",
+            "detector_table",
             "fit_model",
             "fit_ood_model",
             "make_detector",
@@ -65,3 +67,18 @@ def test_every_paper_detector_and_baseline_is_registered() -> None:
         "mahalanobis",
         "knn",
     }
+
+
+def test_the_registry_lists_the_kinds_in_table_order_by_family() -> None:
+    paper = ("epsilon_ball", "epsilon_cube", "epsilon_rect", "logreg", "svm", "gmm")
+    product = ("residual", "combined")
+    baselines = ("max_cosine", "mahalanobis", "knn")
+    assert scoring.detector_table() == (*paper, *product, *baselines)
+    assert scoring.detector_table("paper") == paper
+    assert scoring.detector_table("product") == product
+    assert scoring.detector_table("baseline") == baselines
+    assert scoring.detector_table("paper", "baseline") == (*paper, *baselines)
+    full = {k for k in scoring.detector_kinds() if scoring.detector_class(k).full_space}
+    assert full == {"max_cosine", "knn", "mahalanobis"}
+    geometric = {k for k in scoring.detector_kinds() if scoring.detector_class(k).geometric}
+    assert geometric == {"epsilon_ball", "epsilon_cube", "epsilon_rect"}

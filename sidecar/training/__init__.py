@@ -26,7 +26,13 @@ from sidecar.training._metrics import (
     fpr_at_tpr,
     paper_accuracy,
 )
-from sidecar.training._search import SearchResult, resolve_calibration, search
+from sidecar.training._search import (
+    SearchConfig,
+    SearchResult,
+    resolve_calibration,
+    run_search,
+    search,
+)
 from sidecar.training._splits import (
     NEAR_DUPLICATE_COS,
     OOD_CAL_FRACTION,
@@ -47,6 +53,7 @@ __all__ = [
     "FitProgress",
     "Gate",
     "KBDocument",
+    "SearchConfig",
     "SearchResult",
     "TrainConfig",
     "TrainInputs",
@@ -71,6 +78,7 @@ __all__ = [
     "read_kb",
     "read_queries",
     "resolve_calibration",
+    "run_search",
     "search",
     "train",
     "write_check_report",

@@ -56,7 +56,8 @@ from sidecar.training._fitting import (
     with_balanced_threshold,
 )
 from sidecar.training._grid import MAX_DIMS, Candidate, default_grid
-from sidecar.training._metrics import auroc, auroc_standard_error
+from sidecar.training._metrics import auroc
+from sidecar.training._shortlist import SELECTIONS, Ranked, shortlist
 from sidecar.training._splits import TrainingSplits
 
 # PC selection criteria, in the order ``criterion="auto"`` prefers them on a tie.
@@ -64,8 +65,6 @@ CRITERIA = ("pvalue", "evr")
 
 log = logging.getLogger(__name__)
 
-# How the search shortlists its candidates (see shortlist).
-SELECTIONS = ("one_se", "best")
 # How the shipped model's conformal threshold is calibrated (see search).
 CALIBRATIONS = ("split", "cross")
 # Detectors in the full embedding space (the registry's ``full_space``): the MAX_DIMS
@@ -82,41 +81,6 @@ def resolve_calibration(threshold_rule: str, calibration: str | None) -> str:
     if calibration == "cross" and threshold_rule != "frr":
         raise ConfigError("cross-calibration applies to the 'frr' threshold rule only")
     return calibration
-
-
-@dataclass(frozen=True)
-class Ranked:
-    """One fitted candidate's validation figures, as :func:`shortlist` sees them."""
-
-    val_auroc: float
-    dims: int
-    n_id: int
-    n_ood: int
-
-
-def shortlist(rows: Sequence[Ranked], selection: str = "one_se") -> list[int]:
-    """Positions in ``rows`` (grid order) of the candidates validation cannot tell apart,
-    in the order validation prefers them; the first is the pick where validation decides
-    alone (split calibration).
-
-    ``"best"``: the highest validation AUROC alone (ties: fewer dimensions, then grid
-    order). ``"one_se"``: every candidate whose validation AUROC is within one standard
-    error (Hanley & McNeil) of the best one's, fewest dimensions first, then the higher
-    AUROC, then grid order. A difference smaller than the validation split can measure
-    does not buy extra dimensions: the smaller model is cheaper and, with few labelled
-    queries, generalises better (the one-standard-error rule of Breiman et al., 1984).
-    """
-    if selection not in SELECTIONS:
-        raise ConfigError(f"selection must be one of {SELECTIONS}, not {selection!r}")
-    if not rows:
-        raise ValueError("no candidates to pick from")
-    best = max(range(len(rows)), key=lambda j: (rows[j].val_auroc, -rows[j].dims, -j))
-    if selection == "best":
-        return [best]
-    top = rows[best]
-    floor = top.val_auroc - auroc_standard_error(top.val_auroc, top.n_id, top.n_ood)
-    near = [j for j, r in enumerate(rows) if r.val_auroc >= floor]
-    return sorted(near, key=lambda j: (rows[j].dims, -rows[j].val_auroc, j))
 
 
 @dataclass

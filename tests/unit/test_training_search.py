@@ -240,7 +240,7 @@ def test_protocol_fits_every_paper_detector_under_both_criteria() -> None:
 
 def test_one_se_rule_keeps_the_smaller_candidate_within_one_standard_error() -> None:
     from sidecar.training._metrics import auroc_standard_error
-    from sidecar.training._search import Ranked, shortlist
+    from sidecar.training._shortlist import Ranked, shortlist
 
     def pick_candidate(rows, selection):
         return shortlist(rows, selection)[0]
@@ -459,7 +459,7 @@ def test_balanced_rule_without_ood_calibration_reports_one_calibration() -> None
 
 def test_shortlist_orders_the_candidates_validation_cannot_tell_apart() -> None:
     from sidecar.training._metrics import auroc_standard_error
-    from sidecar.training._search import Ranked, shortlist
+    from sidecar.training._shortlist import Ranked, shortlist
 
     se = auroc_standard_error(0.95, 100, 100)
     rows = [

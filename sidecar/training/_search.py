@@ -1,25 +1,23 @@
 """Hyperparameter search on a validation split carved from the training data.
 
-:func:`carve_splits` cuts the labelled training embeddings (never evaluation data) into a
-fit part, a validation part and held-out ID calibration queries, with a fixed seed.
-:func:`search` fits every candidate of a detector's grid (m, radius quantile, C, ...) on
-the fit part and ranks them by validation AUROC. The candidates within one standard error
-of the best form a shortlist (the one-standard-error rule; ``selection="best"`` keeps the
-best alone). With split calibration the shortlist's smallest candidate (fewest input
-dimensions) wins; it is refitted on fit + validation and calibrated on the calibration
-queries. With cross-calibration, the default, the shortlisted candidates (the first
-``MAX_FINALISTS`` of it, fewest dimensions first) are scored out of fold on every
-ID training query and on the OOD fit + validation queries, and the one with the best
-out-of-fold balanced accuracy at its own cross-calibrated threshold wins: validation
-AUROC cannot tell the shortlist apart, the operating point the model will run at,
-measured on all those queries, can (where the OOD queries cannot fill the folds, the
-shortlist's first wins). The winner is fitted on every ID training query of the splits
-and keeps the threshold of its out-of-fold scores. The threshold is the conformal
-quantile for a target false-reject rate (``threshold_rule="frr"``, the default), or the
-one that maximises balanced accuracy on held-out ID and OOD calibration queries
+:func:`run_search` (or :func:`search`, the same with keyword settings) fits every
+candidate of a detector's grid (m, radius quantile, C, ...) on the fit part of the
+:func:`carve_splits` splits and ranks them by validation AUROC; the one-standard-error
+shortlist (:mod:`._shortlist`) keeps those it cannot tell apart. With split calibration
+the shortlist's smallest candidate (fewest input dimensions) wins; it is refitted on fit +
+validation and calibrated on the calibration queries. With cross-calibration, the default,
+the shortlisted candidates (the first ``MAX_FINALISTS`` of it, fewest dimensions first)
+are scored out of fold on every ID training query and on the OOD fit + validation queries,
+and the one with the best out-of-fold balanced accuracy at its own cross-calibrated
+threshold wins: validation AUROC cannot tell the shortlist apart, the operating point the
+model will run at, measured on all those queries, can (where the OOD queries cannot fill
+the folds, the shortlist's first wins). The winner is fitted on every ID training query of
+the splits and keeps the threshold of its out-of-fold scores. The threshold is the
+conformal quantile for a target false-reject rate (``threshold_rule="frr"``, the default),
+or the one that maximises balanced accuracy on held-out ID and OOD calibration queries
 (``"balanced"``, split calibration). The refit has seen the validation split, so every
 figure reported as "validation" comes from the winner as fitted on the fit part only
-(``SearchResult.val_model``). Neither function accepts evaluation queries.
+(``SearchResult.val_model``). No evaluation query reaches the search.
 """
 
 from __future__ import annotations
@@ -42,12 +40,7 @@ from sidecar.scoring import (
     detector_table,
     needs_ood_error,
 )
-from sidecar.training._cross import (
-    MAX_FINALISTS,
-    OutOfFold,
-    cross_calibrated,
-    decide_out_of_fold,
-)
+from sidecar.training._cross import MAX_FINALISTS, OutOfFold, cross_calibrated, decide_out_of_fold
 from sidecar.training._fitting import (
     SILENT,
     THRESHOLD_RULES,
@@ -60,11 +53,10 @@ from sidecar.training._metrics import auroc
 from sidecar.training._shortlist import SELECTIONS, Ranked, shortlist
 from sidecar.training._splits import TrainingSplits
 
-# PC selection criteria, in the order ``criterion="auto"`` prefers them on a tie.
-CRITERIA = ("pvalue", "evr")
-
 log = logging.getLogger(__name__)
 
+# PC selection criteria, in the order ``criterion="auto"`` prefers them on a tie.
+CRITERIA = ("pvalue", "evr")
 # How the shipped model's conformal threshold is calibrated (see search).
 CALIBRATIONS = ("split", "cross")
 # Detectors in the full embedding space (the registry's ``full_space``): the MAX_DIMS
@@ -171,19 +163,19 @@ def run_search(
     (:func:`decide_out_of_fold`; their rows gain ``finalist`` and ``oof_*`` figures), fits
     the winner on all ID training queries and calibrates on their out-of-fold scores
     (:func:`cross_calibrated`); ``"split"`` keeps the shortlist's first, refits it on fit +
-    validation and calibrates on the calibration part (the finite-sample conformal
-    guarantee holds).
+    validation and calibrates on the calibration part (the finite-sample conformal guarantee
+    holds).
 
     ``config.criterion``: ``"pvalue"``, ``"evr"``, or ``"auto"``, which searches the grid
     under both and keeps the better of the two winners (p-value on a tie; its table rows
-    carry a ``criterion`` key): by out-of-fold balanced accuracy under cross-calibration,
-    as each winner was chosen, else by validation AUROC. ``config.threshold_rule``:
-    ``"frr"`` (conformal quantile for ``target_frr``) or ``"balanced"`` (best balanced
-    accuracy on ``splits.id_cal`` / ``splits.ood_cal``).
+    carry a ``criterion`` key): by out-of-fold balanced accuracy under cross-calibration, as
+    each winner was chosen, else by validation AUROC. ``config.threshold_rule``: ``"frr"``
+    (conformal quantile for ``target_frr``) or ``"balanced"`` (best balanced accuracy on
+    ``splits.id_cal`` / ``splits.ood_cal``).
 
     Without OOD training queries there is no validation AUROC: the grid's first candidate
-    that fits is used (the detectors that need OOD labels raise ConfigError), and the
-    PCs are chosen by EVR. ``progress`` is told about every model fit (both searches' under
+    that fits is used (the detectors that need OOD labels raise ConfigError), and the PCs
+    are chosen by EVR. ``progress`` is told about every model fit (both searches' under
     ``"auto"``).
     """
     progress = progress or SILENT

@@ -11,7 +11,8 @@ from click.testing import CliRunner
 
 from sidecar.cli import main
 from sidecar.errors import DataError
-from sidecar.evaluation._report import read_eval_json, write_eval_report
+from sidecar.evaluation._eval_json import read_eval_json
+from sidecar.evaluation._report import write_eval_report
 from sidecar.evaluation._targets import protocol_table, targets
 
 PNG = b"\x89PNG\r\n\x1a\n"

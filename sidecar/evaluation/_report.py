@@ -210,23 +210,44 @@ def write_eval_report(report: Mapping[str, Any], out_dir: str | Path) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     dets = _detectors(report)
+    lines = _settings_lines(report)
+    lines += _targets_lines(report)
+    lines += _means_lines(report, dets)
+    lines += _spread_lines(report, dets)
+    lines += _plotted_lines(out, report, dets)
+    lines += _protocol_lines(out, report)
+    page = out / "report.md"
+    page.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    log.info("evaluation report written to %s", page)
+    return page
+
+
+def _settings_lines(report: Mapping[str, Any]) -> list[str]:
+    """The title and the table of the run's settings."""
     lines = [f"# Evaluation: {report['benchmark']} ({report.get('split', '?')} split)", ""]
     lines += ["| setting | value |", "|---|---|"]
     shown = ("encoder", "criterion", "threshold_rule", "calibration", "target_frr", "fold_grouping")
     for key in (*shown, "seed", "wall_s"):
         if key in report:
             lines.append(f"| {key} | {report[key]} |")
-    lines += [f"| KBs | {len(report['kbs'])} |", ""]
+    return [*lines, f"| KBs | {len(report['kbs'])} |", ""]
 
-    if report.get("targets"):
-        lines += ["## Targets", "", "| target | measured | met |", "|---|---|---|"]
-        for t in report["targets"]:
-            met = "yes" if t["met"] else "**no**"
-            lines.append(f"| {t['target']} | {_fmt(t['measured'])} | {met} |")
-        lines.append("")
 
+def _targets_lines(report: Mapping[str, Any]) -> list[str]:
+    """The targets with their measured figures; nothing when the report has none."""
+    if not report.get("targets"):
+        return []
+    lines = ["## Targets", "", "| target | measured | met |", "|---|---|---|"]
+    for t in report["targets"]:
+        met = "yes" if t["met"] else "**no**"
+        lines.append(f"| {t['target']} | {_fmt(t['measured'])} | {met} |")
+    return [*lines, ""]
+
+
+def _means_lines(report: Mapping[str, Any], dets: Sequence[str]) -> list[str]:
+    """The mean of every metric over the KBs, one row per detector."""
     keys = METRIC_KEYS
-    lines += [
+    lines = [
         "## Means over the KBs",
         "",
         "Every column is the mean of the per-KB figures, `dims` too (the targets give the",
@@ -240,67 +261,73 @@ def write_eval_report(report: Mapping[str, Any], out_dir: str | Path) -> Path:
         specs = {"dims": ".1f", "us_per_query": ".1f"}
         cells = [_fmt(row.get(k, ""), specs.get(k, ".4f")) for k in keys]
         lines.append(f"| {d} | " + " | ".join(cells) + " |")
-    lines.append("")
+    return [*lines, ""]
 
+
+def _spread_lines(report: Mapping[str, Any], dets: Sequence[str]) -> list[str]:
+    """Median [min, max] over seeds of each mean figure; nothing for a one-seed report."""
     spread = report.get("seed_spread") or {}
-    if spread.get("mean"):
-        keys_s = SPREAD_SHOWN
-        lines += [
-            f"## Spread over seeds {spread.get('seeds')}",
-            "",
-            "Median [min, max] of each mean figure; the seed draws the splits and folds.",
-            "",
-            "| detector | " + " | ".join(keys_s) + " |",
-            "|---" * (len(keys_s) + 1) + "|",
+    if not spread.get("mean"):
+        return []
+    keys_s = SPREAD_SHOWN
+    lines = [
+        f"## Spread over seeds {spread.get('seeds')}",
+        "",
+        "Median [min, max] of each mean figure; the seed draws the splits and folds.",
+        "",
+        "| detector | " + " | ".join(keys_s) + " |",
+        "|---" * (len(keys_s) + 1) + "|",
+    ]
+    for d in dets:
+        row = spread["mean"].get(d, {})
+        cells = [
+            f"{row[k]['median']:.4f} [{row[k]['min']:.4f}, {row[k]['max']:.4f}]" if k in row else ""
+            for k in keys_s
         ]
-        for d in dets:
-            row = spread["mean"].get(d, {})
-            cells = [
-                f"{row[k]['median']:.4f} [{row[k]['min']:.4f}, {row[k]['max']:.4f}]"
-                if k in row
-                else ""
-                for k in keys_s
-            ]
-            lines.append(f"| {d} | " + " | ".join(cells) + " |")
-        lines.append("")
+        lines.append(f"| {d} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
 
+
+def _plotted_lines(out: Path, report: Mapping[str, Any], dets: Sequence[str]) -> list[str]:
+    """Draw the heatmap, the means and (with timings) cost against quality; their links."""
     _plot_heatmap(out / "auroc_by_kb.png", report, dets)
     _plot_means(out / "detectors.png", report, dets)
-    lines += ["## Which wins where", "", "![AUROC per KB](auroc_by_kb.png)", ""]
+    lines = ["## Which wins where", "", "![AUROC per KB](auroc_by_kb.png)", ""]
     lines += ["![means per detector](detectors.png)", ""]
     if any(report["mean"][d].get("us_per_query") for d in dets):
         _plot_cost(out / "cost_quality.png", report, dets)
         lines += ["## Cost against quality", "", "![cost against quality](cost_quality.png)", ""]
+    return lines
 
+
+def _protocol_lines(out: Path, report: Mapping[str, Any]) -> list[str]:
+    """Draw p-value against EVR and tabulate the differences; nothing without a protocol."""
     table = report.get("pvalue_vs_evr") or {}
-    if table.get("detectors"):
-        _plot_protocol(out / "pvalue_vs_evr.png", table)
-        lines += [f"## p-value vs EVR PC selection (m = {table.get('m')})", ""]
-        lines += ["![p-value vs EVR](pvalue_vs_evr.png)", ""]
-        lines += [
-            "EVR and p-value columns: accuracy on a balanced ID/OOD sample (`paper_accuracy`,",
-            "the paper's protocol) at each model's calibrated threshold, mean over the KBs.",
-            "",
-            "| detector | EVR | p-value | p-value minus EVR | KBs where p-value wins "
-            "| AUROC difference |",
-            "|---|---|---|---|---|---|",
-        ]
-        for d, row in table["detectors"].items():
-            pa = row["paper_accuracy"]
-            lines.append(
-                f"| {d} | {pa['evr']:.4f} | {pa['pvalue']:.4f} | {pa['mean_diff']:+.4f} | "
-                f"{pa['kbs_pvalue_better']}/{pa['kbs']} | {row['auroc']['mean_diff']:+.4f} |"
-            )
-        avg = table.get("paper_detectors_mean")
-        if avg:
-            pa = avg["paper_accuracy"]
-            lines.append(
-                f"| mean of the paper's detectors | {pa['evr']:.4f} | {pa['pvalue']:.4f} | "
-                f"{pa['mean_diff']:+.4f} | {pa['detectors_pvalue_better']}/"
-                f"{len(avg['detectors'])} detectors | {avg['auroc']['mean_diff']:+.4f} |"
-            )
-        lines.append("")
-    page = out / "report.md"
-    page.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    log.info("evaluation report written to %s", page)
-    return page
+    if not table.get("detectors"):
+        return []
+    _plot_protocol(out / "pvalue_vs_evr.png", table)
+    lines = [f"## p-value vs EVR PC selection (m = {table.get('m')})", ""]
+    lines += ["![p-value vs EVR](pvalue_vs_evr.png)", ""]
+    lines += [
+        "EVR and p-value columns: accuracy on a balanced ID/OOD sample (`paper_accuracy`,",
+        "the paper's protocol) at each model's calibrated threshold, mean over the KBs.",
+        "",
+        "| detector | EVR | p-value | p-value minus EVR | KBs where p-value wins "
+        "| AUROC difference |",
+        "|---|---|---|---|---|---|",
+    ]
+    for d, row in table["detectors"].items():
+        pa = row["paper_accuracy"]
+        lines.append(
+            f"| {d} | {pa['evr']:.4f} | {pa['pvalue']:.4f} | {pa['mean_diff']:+.4f} | "
+            f"{pa['kbs_pvalue_better']}/{pa['kbs']} | {row['auroc']['mean_diff']:+.4f} |"
+        )
+    avg = table.get("paper_detectors_mean")
+    if avg:
+        pa = avg["paper_accuracy"]
+        lines.append(
+            f"| mean of the paper's detectors | {pa['evr']:.4f} | {pa['pvalue']:.4f} | "
+            f"{pa['mean_diff']:+.4f} | {pa['detectors_pvalue_better']}/"
+            f"{len(avg['detectors'])} detectors | {avg['auroc']['mean_diff']:+.4f} |"
+        )
+    return [*lines, ""]

@@ -13,13 +13,20 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from sidecar.errors import ConfigError
 from sidecar.evaluation._datasets import KBTask
-from sidecar.evaluation._folds import FOLD_GROUPINGS, cross_fit_training, query_groups, random_folds
+from sidecar.evaluation._folds import (
+    FOLD_GROUPINGS,
+    Four,
+    cross_fit_training,
+    query_groups,
+    random_folds,
+)
 from sidecar.evaluation._targets import PROTOCOL_M, protocol_table, targets
 from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel, detector_table
 from sidecar.training import (
@@ -27,6 +34,7 @@ from sidecar.training import (
     NEAR_DUPLICATE_COS,
     OOD_CAL_FRACTION,
     Candidate,
+    TrainingSplits,
     auroc,
     balanced_accuracy,
     carve_splits,
@@ -148,100 +156,175 @@ def evaluate_task(
         raise ConfigError(f"fold_grouping must be one of {FOLD_GROUPINGS}, not {fold_grouping!r}")
     # Resolved once: a KB that falls back from the balanced rule to frr (no OOD calibration
     # queries) keeps the split calibration the balanced rule implies.
-    calibration = resolve_calibration(threshold_rule, calibration)
-    E_kb = embed(task.kb_texts)
-    E_idt = embed(task.id_train) if task.id_train else np.zeros((0, E_kb.shape[1]), np.float32)
-    E_oodt = embed(task.ood_train) if task.ood_train else None
-    E_ide, E_oode = embed(task.id_eval), embed(task.ood_eval)
-    rng = np.random.default_rng(seed)
-    cache = {} if group_cache is None else group_cache
-    key = (task, fold_grouping)
-    if key not in cache:
-        cache[key] = query_groups(task, fold_grouping, E_idt, E_ide, E_oodt, E_oode)
-    g_idt, g_id, g_oodt, g_ood = cache[key]
-    if g_id is not None and g_ood is not None:
-        folds = list(
-            zip(
-                group_folds(g_id, task.cross_fit, rng),
-                group_folds(g_ood, task.cross_fit, rng),
-                strict=True,
-            )
-        )
-    elif task.cross_fit > 1:
-        folds = list(
-            zip(
-                random_folds(len(E_ide), task.cross_fit, rng),
-                random_folds(len(E_oode), task.cross_fit, rng),
-                strict=True,
-            )
-        )
-    else:
-        folds = [(np.arange(len(E_ide)), np.arange(len(E_oode)))]
+    run = _TaskRun(
+        encoder=encoder,
+        criterion=criterion,
+        seed=seed,
+        target_frr=target_frr,
+        threshold_rule=threshold_rule,
+        calibration=resolve_calibration(threshold_rule, calibration),
+        grids=grids or {},
+    )
+    E = _embed_task(task, embed)
+    groups, folds = _task_folds(task, E, fold_grouping, seed, group_cache)
     pools = {d: _Pool() for d in detectors}
     proto: dict[str, dict[str, _Pool]] = {}
     for f, (fi, fo) in enumerate(folds):
-        id_train, ood_train = E_idt, E_oodt
-        id_groups, ood_groups = g_idt, g_oodt
-        if task.cross_fit > 1:  # train on the other folds' evaluation queries
-            id_train, ood_train, id_groups, ood_groups = cross_fit_training(
-                (E_idt, E_ide, E_oodt, E_oode), (g_idt, g_id, g_oodt, g_ood), fi, fo
-            )
-        splits = carve_splits(
-            E_kb,
-            id_train,
-            ood_train,
-            id_groups=id_groups,
-            ood_groups=ood_groups,
-            seed=seed + f,
-            target_frr=target_frr,
-            ood_cal_fraction=OOD_CAL_FRACTION if threshold_rule == "balanced" else 0.0,
-        )
+        splits = _fold_splits(task, E, groups, (fi, fo), seed + f, run)
         for det in detectors:
-            t0 = time.perf_counter()
-            res = search(
-                splits,
-                det,
-                kb_name=task.name,
-                encoder=encoder,
-                criterion=criterion,
-                grid=(grids or {}).get(det),
-                seed=seed,
-                target_frr=target_frr,
-                threshold_rule=threshold_rule if splits.ood_cal is not None else "frr",
-                calibration=calibration,
-            )
-            info = {
-                "m": res.model.m,
-                "criterion": res.model.criterion,
-                "params": res.best.describe()["params"],
-                "residual_ks": list(res.model.residual_ks),
-                "val_auroc": res.val_auroc,
-                "calibration": res.model.metrics.get("calibration", "split"),
-                "n_calibration": res.model.metrics.get("n_calibration"),
-                "search_s": round(time.perf_counter() - t0, 2),
-                "candidates": len(res.table),
-            }
-            pools[det].add(res.model, E_ide[fi], E_oode[fo], info)
-            log.info("%s fold %s %s: val AUROC %s", task.name, f, det, res.val_auroc)
+            info, model = _searched(task.name, splits, det, run)
+            pools[det].add(model, E.ide[fi], E.oode[fo], info)
+            log.info("%s fold %s %s: val AUROC %s", task.name, f, det, info["val_auroc"])
         if protocol and splits.has_ood:
-            for cand in PROTOCOL_CANDIDATES:
-                for crit in ("evr", "pvalue"):
-                    model = fixed_fit(
-                        splits,
-                        cand,
-                        kb_name=task.name,
-                        encoder=encoder,
-                        criterion=crit,
-                        seed=seed,
-                        target_frr=target_frr,
-                    )
-                    proto.setdefault(cand.detector, {}).setdefault(crit, _Pool()).add(
-                        model, E_ide[fi], E_oode[fo], {"m": model.m}
-                    )
+            _protocol_fits(task.name, splits, run, proto, (E.ide[fi], E.oode[fo]))
     return {
         "detectors": {d: p.result(seed) for d, p in pools.items()},
         "protocol": {d: {c: p.result(seed) for c, p in byc.items()} for d, byc in proto.items()},
     }
+
+
+@dataclass(frozen=True)
+class _TaskRun:
+    """The settings every fold of one KB's evaluation searches and fits with."""
+
+    encoder: Mapping[str, Any]
+    criterion: str
+    seed: int
+    target_frr: float
+    threshold_rule: str
+    calibration: str
+    grids: Mapping[str, Sequence[Candidate]]
+
+
+class _Embedded(NamedTuple):
+    """A task's embeddings: KB, ID / OOD training queries, ID / OOD evaluation queries."""
+
+    kb: np.ndarray
+    idt: np.ndarray
+    oodt: np.ndarray | None
+    ide: np.ndarray
+    oode: np.ndarray
+
+
+def _embed_task(task: KBTask, embed: Embed) -> _Embedded:
+    """Every text of ``task`` embedded (no ID training queries: an empty array)."""
+    E_kb = embed(task.kb_texts)
+    E_idt = embed(task.id_train) if task.id_train else np.zeros((0, E_kb.shape[1]), np.float32)
+    E_oodt = embed(task.ood_train) if task.ood_train else None
+    E_ide, E_oode = embed(task.id_eval), embed(task.ood_eval)
+    return _Embedded(E_kb, E_idt, E_oodt, E_ide, E_oode)
+
+
+def _task_folds(
+    task: KBTask,
+    E: _Embedded,
+    fold_grouping: str,
+    seed: int,
+    group_cache: dict[Any, Any] | None,
+) -> tuple[Four, list[tuple[np.ndarray, np.ndarray]]]:
+    """The query groups (from ``group_cache`` when computed before) and the evaluation
+    folds: (ID rows, OOD rows) per fold, whole groups where groups are known."""
+    rng = np.random.default_rng(seed)
+    cache = {} if group_cache is None else group_cache
+    key = (task, fold_grouping)
+    if key not in cache:
+        cache[key] = query_groups(task, fold_grouping, E.idt, E.ide, E.oodt, E.oode)
+    groups: Four = cache[key]
+    _, g_id, _, g_ood = groups
+    if g_id is not None and g_ood is not None:
+        id_folds = group_folds(g_id, task.cross_fit, rng)
+        ood_folds = group_folds(g_ood, task.cross_fit, rng)
+    elif task.cross_fit > 1:
+        id_folds = random_folds(len(E.ide), task.cross_fit, rng)
+        ood_folds = random_folds(len(E.oode), task.cross_fit, rng)
+    else:
+        return groups, [(np.arange(len(E.ide)), np.arange(len(E.oode)))]
+    return groups, list(zip(id_folds, ood_folds, strict=True))
+
+
+def _fold_splits(
+    task: KBTask,
+    E: _Embedded,
+    groups: Four,
+    fold: tuple[np.ndarray, np.ndarray],
+    seed: int,
+    run: _TaskRun,
+) -> TrainingSplits:
+    """The training splits of one fold: the task's training queries, or on a cross-fitted
+    task the other folds' evaluation queries."""
+    g_idt, _, g_oodt, _ = groups
+    id_train, ood_train = E.idt, E.oodt
+    id_groups, ood_groups = g_idt, g_oodt
+    if task.cross_fit > 1:  # train on the other folds' evaluation queries
+        id_train, ood_train, id_groups, ood_groups = cross_fit_training(
+            (E.idt, E.ide, E.oodt, E.oode), groups, *fold
+        )
+    return carve_splits(
+        E.kb,
+        id_train,
+        ood_train,
+        id_groups=id_groups,
+        ood_groups=ood_groups,
+        seed=seed,
+        target_frr=run.target_frr,
+        ood_cal_fraction=OOD_CAL_FRACTION if run.threshold_rule == "balanced" else 0.0,
+    )
+
+
+def _searched(
+    kb_name: str, splits: TrainingSplits, det: str, run: _TaskRun
+) -> tuple[dict[str, Any], OODModel]:
+    """``det`` searched and calibrated on ``splits``, and what the report records of it."""
+    t0 = time.perf_counter()
+    res = search(
+        splits,
+        det,
+        kb_name=kb_name,
+        encoder=run.encoder,
+        criterion=run.criterion,
+        grid=run.grids.get(det),
+        seed=run.seed,
+        target_frr=run.target_frr,
+        threshold_rule=run.threshold_rule if splits.ood_cal is not None else "frr",
+        calibration=run.calibration,
+    )
+    info = {
+        "m": res.model.m,
+        "criterion": res.model.criterion,
+        "params": res.best.describe()["params"],
+        "residual_ks": list(res.model.residual_ks),
+        "val_auroc": res.val_auroc,
+        "calibration": res.model.metrics.get("calibration", "split"),
+        "n_calibration": res.model.metrics.get("n_calibration"),
+        "search_s": round(time.perf_counter() - t0, 2),
+        "candidates": len(res.table),
+    }
+    return info, res.model
+
+
+def _protocol_fits(
+    kb_name: str,
+    splits: TrainingSplits,
+    run: _TaskRun,
+    proto: dict[str, dict[str, _Pool]],
+    evaluation: tuple[np.ndarray, np.ndarray],
+) -> None:
+    """The paper's protocol on one fold: each of PROTOCOL_CANDIDATES fitted under both
+    criteria, scored on the fold's (ID, OOD) ``evaluation`` queries into ``proto``."""
+    for cand in PROTOCOL_CANDIDATES:
+        for crit in ("evr", "pvalue"):
+            model = fixed_fit(
+                splits,
+                cand,
+                kb_name=kb_name,
+                encoder=run.encoder,
+                criterion=crit,
+                seed=run.seed,
+                target_frr=run.target_frr,
+            )
+            proto.setdefault(cand.detector, {}).setdefault(crit, _Pool()).add(
+                model, *evaluation, {"m": model.m}
+            )
 
 
 def _mean(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
@@ -315,26 +398,7 @@ def evaluate_benchmark(
         "kbs": per_kb,
         "mean": mean,
         "pvalue_vs_evr": protocol_table(by_kb),
-        # How evaluation queries are kept from training (see _datasets and group_folds).
-        "leakage_guards": {
-            "training_texts_equal_to_evaluation_texts": "removed (lower-cased, "
-            "punctuation and spacing ignored)",
-            "id_training_queries_equal_to_kb_documents": "removed where both come from one "
-            "pool of utterances (clinc150, stackexchange), compared the same way",
-            "cross_fit_folds": (
-                f"whole groups: paraphrase pairs, and near-duplicates at cosine >= "
-                f"{NEAR_DUPLICATE_COS}, in the folds and in the training splits; a "
-                "training query that nearly copies a fold's query is not fitted for that fold"
-                if fold_grouping == "grouped"
-                else "query by query (a paraphrase of an evaluation query may be trained on)"
-            ),
-            "training_splits": (
-                f"near-duplicate training queries (cosine >= {NEAR_DUPLICATE_COS}) kept in "
-                "one of fit / validation / calibration, and in one fold of cross-calibration"
-                if fold_grouping == "grouped"
-                else "query by query"
-            ),
-        },
+        "leakage_guards": _leakage_guards(fold_grouping),
         "wall_s": round(time.perf_counter() - t0, 1),
     }
     out["best_by_mean_auroc"] = (
@@ -342,6 +406,29 @@ def evaluate_benchmark(
     )
     out["targets"] = targets(out)
     return out
+
+
+def _leakage_guards(fold_grouping: str) -> dict[str, str]:
+    """How evaluation queries are kept from training (see _datasets and group_folds)."""
+    return {
+        "training_texts_equal_to_evaluation_texts": "removed (lower-cased, "
+        "punctuation and spacing ignored)",
+        "id_training_queries_equal_to_kb_documents": "removed where both come from one "
+        "pool of utterances (clinc150, stackexchange), compared the same way",
+        "cross_fit_folds": (
+            f"whole groups: paraphrase pairs, and near-duplicates at cosine >= "
+            f"{NEAR_DUPLICATE_COS}, in the folds and in the training splits; a "
+            "training query that nearly copies a fold's query is not fitted for that fold"
+            if fold_grouping == "grouped"
+            else "query by query (a paraphrase of an evaluation query may be trained on)"
+        ),
+        "training_splits": (
+            f"near-duplicate training queries (cosine >= {NEAR_DUPLICATE_COS}) kept in "
+            "one of fit / validation / calibration, and in one fold of cross-calibration"
+            if fold_grouping == "grouped"
+            else "query by query"
+        ),
+    }
 
 
 # The figures whose spread over seeds a multi-seed evaluation reports (timings move with

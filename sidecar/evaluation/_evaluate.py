@@ -27,6 +27,7 @@ from sidecar.evaluation._folds import (
     query_groups,
     random_folds,
 )
+from sidecar.evaluation._pool import Pool
 from sidecar.evaluation._targets import PROTOCOL_M, protocol_table, targets
 from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel, detector_table
 from sidecar.training import (
@@ -35,13 +36,9 @@ from sidecar.training import (
     OOD_CAL_FRACTION,
     Candidate,
     TrainingSplits,
-    auroc,
-    balanced_accuracy,
     carve_splits,
     fixed_fit,
-    fpr_at_tpr,
     group_folds,
-    paper_accuracy,
     resolve_calibration,
     search,
 )
@@ -64,62 +61,6 @@ PROTOCOL_CANDIDATES = (
     Candidate("gmm", PROTOCOL_M, {"n_components": 4}),
     Candidate("combined", PROTOCOL_M, {"C": 1.0, "features": ["pcs", "residual"]}, (64,)),
 )
-
-
-def _time_us(model: OODModel, E: np.ndarray, repeats: int = 3) -> float:
-    """Median microseconds per query of ``model.score`` on ``E`` (projection + detector)."""
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        model.score(E)
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times) / max(len(E), 1) * 1e6)
-
-
-class _Pool:
-    """Scores of one detector gathered over folds."""
-
-    def __init__(self) -> None:
-        self.s_id: list[np.ndarray] = []
-        self.s_ood: list[np.ndarray] = []
-        self.m_id: list[np.ndarray] = []
-        self.m_ood: list[np.ndarray] = []
-        self.dims: list[int] = []
-        self.us: list[float] = []
-        self.info: list[dict[str, Any]] = []
-
-    def add(
-        self, model: OODModel, E_id: np.ndarray, E_ood: np.ndarray, info: dict[str, Any]
-    ) -> None:
-        s_id, s_ood = model.score(E_id), model.score(E_ood)
-        self.s_id.append(s_id)
-        self.s_ood.append(s_ood)
-        self.m_id.append(s_id - model.threshold)
-        self.m_ood.append(s_ood - model.threshold)
-        self.dims.append(model.dims)
-        self.us.append(_time_us(model, np.vstack([E_id, E_ood])))
-        self.info.append(info)
-
-    def result(self, seed: int) -> dict[str, Any]:
-        s_id, s_ood = np.concatenate(self.s_id), np.concatenate(self.s_ood)
-        m_id, m_ood = np.concatenate(self.m_id), np.concatenate(self.m_ood)
-        out: dict[str, Any] = {
-            "auroc": auroc(s_id, s_ood),
-            "fpr_at_95tpr": fpr_at_tpr(s_id, s_ood, 0.95),
-            # margins = score - that fold's threshold, so the threshold is 0 here
-            "balanced_accuracy": balanced_accuracy(m_id, m_ood, 0.0),
-            "paper_accuracy": paper_accuracy(m_id, m_ood, 0.0, seed=seed),
-            # At the calibrated threshold: is the target false-reject rate kept on queries
-            # the calibration never saw, and how many OOD queries get through?
-            "false_reject_rate": float(np.mean(m_id > 0.0)),
-            "ood_accept_rate": float(np.mean(m_ood <= 0.0)),
-            "dims": round(float(np.mean(self.dims))),
-            "us_per_query": float(np.median(self.us)),
-            "n_id": int(s_id.size),
-            "n_ood": int(s_ood.size),
-        }
-        out.update(self.info[0] if len(self.info) == 1 else {"folds": self.info})
-        return out
 
 
 def evaluate_task(
@@ -167,8 +108,8 @@ def evaluate_task(
     )
     E = _embed_task(task, embed)
     groups, folds = _task_folds(task, E, fold_grouping, seed, group_cache)
-    pools = {d: _Pool() for d in detectors}
-    proto: dict[str, dict[str, _Pool]] = {}
+    pools = {d: Pool() for d in detectors}
+    proto: dict[str, dict[str, Pool]] = {}
     for f, (fi, fo) in enumerate(folds):
         splits = _fold_splits(task, E, groups, (fi, fo), seed + f, run)
         for det in detectors:
@@ -306,7 +247,7 @@ def _protocol_fits(
     kb_name: str,
     splits: TrainingSplits,
     run: _TaskRun,
-    proto: dict[str, dict[str, _Pool]],
+    proto: dict[str, dict[str, Pool]],
     evaluation: tuple[np.ndarray, np.ndarray],
 ) -> None:
     """The paper's protocol on one fold: each of PROTOCOL_CANDIDATES fitted under both
@@ -322,7 +263,7 @@ def _protocol_fits(
                 seed=run.seed,
                 target_frr=run.target_frr,
             )
-            proto.setdefault(cand.detector, {}).setdefault(crit, _Pool()).add(
+            proto.setdefault(cand.detector, {}).setdefault(crit, Pool()).add(
                 model, *evaluation, {"m": model.m}
             )
 
@@ -429,34 +370,3 @@ def _leakage_guards(fold_grouping: str) -> dict[str, str]:
             else "query by query"
         ),
     }
-
-
-# The figures whose spread over seeds a multi-seed evaluation reports (timings move with
-# the machine, not the seed).
-SPREAD_KEYS = tuple(k for k in METRIC_KEYS if k != "us_per_query")
-
-
-def seed_spread(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Median, min and max over evaluation reports that differ only in their seed.
-
-    The seed draws the splits (and, for cross-fitted benchmarks, the folds), so the
-    spread is how much one figure depends on which queries landed where.
-    ``{"seeds": [...], "mean": {DETECTOR: {KEY: {"median", "min", "max", "values"}}}}``.
-    """
-    if not reports:
-        raise ValueError("no reports")
-    dets = [d for d in reports[0]["mean"] if all(d in r["mean"] for r in reports)]
-    out: dict[str, Any] = {"seeds": [r["seed"] for r in reports], "mean": {}}
-    for d in dets:
-        row = {}
-        for key in SPREAD_KEYS:
-            vals = [float(r["mean"][d][key]) for r in reports if key in r["mean"][d]]
-            if len(vals) == len(reports):
-                row[key] = {
-                    "median": float(np.median(vals)),
-                    "min": min(vals),
-                    "max": max(vals),
-                    "values": vals,
-                }
-        out["mean"][d] = row
-    return out

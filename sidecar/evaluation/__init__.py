@@ -13,9 +13,11 @@ from sidecar.evaluation._datasets import (
     load_covid,
     load_stackexchange,
 )
-from sidecar.evaluation._evaluate import DETECTORS, evaluate_benchmark, evaluate_task, seed_spread
-from sidecar.evaluation._report import read_eval_json, write_eval_report
+from sidecar.evaluation._eval_json import read_eval_json
+from sidecar.evaluation._evaluate import DETECTORS, evaluate_benchmark, evaluate_task
+from sidecar.evaluation._report import write_eval_report
 from sidecar.evaluation._run import EvalConfig, run_evaluation, select_kbs
+from sidecar.evaluation._spread import seed_spread
 from sidecar.evaluation._targets import targets
 
 __all__ = [

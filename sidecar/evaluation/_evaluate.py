@@ -13,27 +13,32 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from sidecar.errors import ConfigError
 from sidecar.evaluation._datasets import KBTask
-from sidecar.evaluation._folds import FOLD_GROUPINGS, cross_fit_training, query_groups, random_folds
+from sidecar.evaluation._folds import (
+    FOLD_GROUPINGS,
+    Four,
+    cross_fit_training,
+    query_groups,
+    random_folds,
+)
+from sidecar.evaluation._pool import Pool
 from sidecar.evaluation._targets import PROTOCOL_M, protocol_table, targets
-from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel
+from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel, detector_table
 from sidecar.training import (
     METRIC_KEYS,
     NEAR_DUPLICATE_COS,
     OOD_CAL_FRACTION,
     Candidate,
-    auroc,
-    balanced_accuracy,
+    TrainingSplits,
     carve_splits,
     fixed_fit,
-    fpr_at_tpr,
     group_folds,
-    paper_accuracy,
     resolve_calibration,
     search,
 )
@@ -42,19 +47,8 @@ log = logging.getLogger(__name__)
 
 Embed = Callable[[Sequence[str]], np.ndarray]
 
-DETECTORS = (
-    "epsilon_ball",
-    "epsilon_cube",
-    "epsilon_rect",
-    "logreg",
-    "svm",
-    "gmm",
-    "residual",
-    "combined",
-    "max_cosine",
-    "mahalanobis",
-    "knn",
-)
+# Every detector, in the table order of the scoring registry (the report's JSON keys).
+DETECTORS = detector_table()
 # The paper's protocol, PROTOCOL_M PCs under both criteria: every detector of the
 # paper, plus the product's combined detector, at fixed parameters (radius quantile 0.95,
 # C = 1, four components), not searched, so that only the criterion differs.
@@ -67,62 +61,6 @@ PROTOCOL_CANDIDATES = (
     Candidate("gmm", PROTOCOL_M, {"n_components": 4}),
     Candidate("combined", PROTOCOL_M, {"C": 1.0, "features": ["pcs", "residual"]}, (64,)),
 )
-
-
-def _time_us(model: OODModel, E: np.ndarray, repeats: int = 3) -> float:
-    """Median microseconds per query of ``model.score`` on ``E`` (projection + detector)."""
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        model.score(E)
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times) / max(len(E), 1) * 1e6)
-
-
-class _Pool:
-    """Scores of one detector gathered over folds."""
-
-    def __init__(self) -> None:
-        self.s_id: list[np.ndarray] = []
-        self.s_ood: list[np.ndarray] = []
-        self.m_id: list[np.ndarray] = []
-        self.m_ood: list[np.ndarray] = []
-        self.dims: list[int] = []
-        self.us: list[float] = []
-        self.info: list[dict[str, Any]] = []
-
-    def add(
-        self, model: OODModel, E_id: np.ndarray, E_ood: np.ndarray, info: dict[str, Any]
-    ) -> None:
-        s_id, s_ood = model.score(E_id), model.score(E_ood)
-        self.s_id.append(s_id)
-        self.s_ood.append(s_ood)
-        self.m_id.append(s_id - model.threshold)
-        self.m_ood.append(s_ood - model.threshold)
-        self.dims.append(model.dims)
-        self.us.append(_time_us(model, np.vstack([E_id, E_ood])))
-        self.info.append(info)
-
-    def result(self, seed: int) -> dict[str, Any]:
-        s_id, s_ood = np.concatenate(self.s_id), np.concatenate(self.s_ood)
-        m_id, m_ood = np.concatenate(self.m_id), np.concatenate(self.m_ood)
-        out: dict[str, Any] = {
-            "auroc": auroc(s_id, s_ood),
-            "fpr_at_95tpr": fpr_at_tpr(s_id, s_ood, 0.95),
-            # margins = score - that fold's threshold, so the threshold is 0 here
-            "balanced_accuracy": balanced_accuracy(m_id, m_ood, 0.0),
-            "paper_accuracy": paper_accuracy(m_id, m_ood, 0.0, seed=seed),
-            # At the calibrated threshold: is the target false-reject rate kept on queries
-            # the calibration never saw, and how many OOD queries get through?
-            "false_reject_rate": float(np.mean(m_id > 0.0)),
-            "ood_accept_rate": float(np.mean(m_ood <= 0.0)),
-            "dims": round(float(np.mean(self.dims))),
-            "us_per_query": float(np.median(self.us)),
-            "n_id": int(s_id.size),
-            "n_ood": int(s_ood.size),
-        }
-        out.update(self.info[0] if len(self.info) == 1 else {"folds": self.info})
-        return out
 
 
 def evaluate_task(
@@ -159,100 +97,175 @@ def evaluate_task(
         raise ConfigError(f"fold_grouping must be one of {FOLD_GROUPINGS}, not {fold_grouping!r}")
     # Resolved once: a KB that falls back from the balanced rule to frr (no OOD calibration
     # queries) keeps the split calibration the balanced rule implies.
-    calibration = resolve_calibration(threshold_rule, calibration)
-    E_kb = embed(task.kb_texts)
-    E_idt = embed(task.id_train) if task.id_train else np.zeros((0, E_kb.shape[1]), np.float32)
-    E_oodt = embed(task.ood_train) if task.ood_train else None
-    E_ide, E_oode = embed(task.id_eval), embed(task.ood_eval)
-    rng = np.random.default_rng(seed)
-    cache = {} if group_cache is None else group_cache
-    key = (task, fold_grouping)
-    if key not in cache:
-        cache[key] = query_groups(task, fold_grouping, E_idt, E_ide, E_oodt, E_oode)
-    g_idt, g_id, g_oodt, g_ood = cache[key]
-    if g_id is not None and g_ood is not None:
-        folds = list(
-            zip(
-                group_folds(g_id, task.cross_fit, rng),
-                group_folds(g_ood, task.cross_fit, rng),
-                strict=True,
-            )
-        )
-    elif task.cross_fit > 1:
-        folds = list(
-            zip(
-                random_folds(len(E_ide), task.cross_fit, rng),
-                random_folds(len(E_oode), task.cross_fit, rng),
-                strict=True,
-            )
-        )
-    else:
-        folds = [(np.arange(len(E_ide)), np.arange(len(E_oode)))]
-    pools = {d: _Pool() for d in detectors}
-    proto: dict[str, dict[str, _Pool]] = {}
+    run = _TaskRun(
+        encoder=encoder,
+        criterion=criterion,
+        seed=seed,
+        target_frr=target_frr,
+        threshold_rule=threshold_rule,
+        calibration=resolve_calibration(threshold_rule, calibration),
+        grids=grids or {},
+    )
+    E = _embed_task(task, embed)
+    groups, folds = _task_folds(task, E, fold_grouping, seed, group_cache)
+    pools = {d: Pool() for d in detectors}
+    proto: dict[str, dict[str, Pool]] = {}
     for f, (fi, fo) in enumerate(folds):
-        id_train, ood_train = E_idt, E_oodt
-        id_groups, ood_groups = g_idt, g_oodt
-        if task.cross_fit > 1:  # train on the other folds' evaluation queries
-            id_train, ood_train, id_groups, ood_groups = cross_fit_training(
-                (E_idt, E_ide, E_oodt, E_oode), (g_idt, g_id, g_oodt, g_ood), fi, fo
-            )
-        splits = carve_splits(
-            E_kb,
-            id_train,
-            ood_train,
-            id_groups=id_groups,
-            ood_groups=ood_groups,
-            seed=seed + f,
-            target_frr=target_frr,
-            ood_cal_fraction=OOD_CAL_FRACTION if threshold_rule == "balanced" else 0.0,
-        )
+        splits = _fold_splits(task, E, groups, (fi, fo), seed + f, run)
         for det in detectors:
-            t0 = time.perf_counter()
-            res = search(
-                splits,
-                det,
-                kb_name=task.name,
-                encoder=encoder,
-                criterion=criterion,
-                grid=(grids or {}).get(det),
-                seed=seed,
-                target_frr=target_frr,
-                threshold_rule=threshold_rule if splits.ood_cal is not None else "frr",
-                calibration=calibration,
-            )
-            info = {
-                "m": res.model.m,
-                "criterion": res.model.criterion,
-                "params": res.best.describe()["params"],
-                "residual_ks": list(res.model.residual_ks),
-                "val_auroc": res.val_auroc,
-                "calibration": res.model.metrics.get("calibration", "split"),
-                "n_calibration": res.model.metrics.get("n_calibration"),
-                "search_s": round(time.perf_counter() - t0, 2),
-                "candidates": len(res.table),
-            }
-            pools[det].add(res.model, E_ide[fi], E_oode[fo], info)
-            log.info("%s fold %s %s: val AUROC %s", task.name, f, det, res.val_auroc)
+            info, model = _searched(task.name, splits, det, run)
+            pools[det].add(model, E.ide[fi], E.oode[fo], info)
+            log.info("%s fold %s %s: val AUROC %s", task.name, f, det, info["val_auroc"])
         if protocol and splits.has_ood:
-            for cand in PROTOCOL_CANDIDATES:
-                for crit in ("evr", "pvalue"):
-                    model = fixed_fit(
-                        splits,
-                        cand,
-                        kb_name=task.name,
-                        encoder=encoder,
-                        criterion=crit,
-                        seed=seed,
-                        target_frr=target_frr,
-                    )
-                    proto.setdefault(cand.detector, {}).setdefault(crit, _Pool()).add(
-                        model, E_ide[fi], E_oode[fo], {"m": model.m}
-                    )
+            _protocol_fits(task.name, splits, run, proto, (E.ide[fi], E.oode[fo]))
     return {
         "detectors": {d: p.result(seed) for d, p in pools.items()},
         "protocol": {d: {c: p.result(seed) for c, p in byc.items()} for d, byc in proto.items()},
     }
+
+
+@dataclass(frozen=True)
+class _TaskRun:
+    """The settings every fold of one KB's evaluation searches and fits with."""
+
+    encoder: Mapping[str, Any]
+    criterion: str
+    seed: int
+    target_frr: float
+    threshold_rule: str
+    calibration: str
+    grids: Mapping[str, Sequence[Candidate]]
+
+
+class _Embedded(NamedTuple):
+    """A task's embeddings: KB, ID / OOD training queries, ID / OOD evaluation queries."""
+
+    kb: np.ndarray
+    idt: np.ndarray
+    oodt: np.ndarray | None
+    ide: np.ndarray
+    oode: np.ndarray
+
+
+def _embed_task(task: KBTask, embed: Embed) -> _Embedded:
+    """Every text of ``task`` embedded (no ID training queries: an empty array)."""
+    E_kb = embed(task.kb_texts)
+    E_idt = embed(task.id_train) if task.id_train else np.zeros((0, E_kb.shape[1]), np.float32)
+    E_oodt = embed(task.ood_train) if task.ood_train else None
+    E_ide, E_oode = embed(task.id_eval), embed(task.ood_eval)
+    return _Embedded(E_kb, E_idt, E_oodt, E_ide, E_oode)
+
+
+def _task_folds(
+    task: KBTask,
+    E: _Embedded,
+    fold_grouping: str,
+    seed: int,
+    group_cache: dict[Any, Any] | None,
+) -> tuple[Four, list[tuple[np.ndarray, np.ndarray]]]:
+    """The query groups (from ``group_cache`` when computed before) and the evaluation
+    folds: (ID rows, OOD rows) per fold, whole groups where groups are known."""
+    rng = np.random.default_rng(seed)
+    cache = {} if group_cache is None else group_cache
+    key = (task, fold_grouping)
+    if key not in cache:
+        cache[key] = query_groups(task, fold_grouping, E.idt, E.ide, E.oodt, E.oode)
+    groups: Four = cache[key]
+    _, g_id, _, g_ood = groups
+    if g_id is not None and g_ood is not None:
+        id_folds = group_folds(g_id, task.cross_fit, rng)
+        ood_folds = group_folds(g_ood, task.cross_fit, rng)
+    elif task.cross_fit > 1:
+        id_folds = random_folds(len(E.ide), task.cross_fit, rng)
+        ood_folds = random_folds(len(E.oode), task.cross_fit, rng)
+    else:
+        return groups, [(np.arange(len(E.ide)), np.arange(len(E.oode)))]
+    return groups, list(zip(id_folds, ood_folds, strict=True))
+
+
+def _fold_splits(
+    task: KBTask,
+    E: _Embedded,
+    groups: Four,
+    fold: tuple[np.ndarray, np.ndarray],
+    seed: int,
+    run: _TaskRun,
+) -> TrainingSplits:
+    """The training splits of one fold: the task's training queries, or on a cross-fitted
+    task the other folds' evaluation queries."""
+    g_idt, _, g_oodt, _ = groups
+    id_train, ood_train = E.idt, E.oodt
+    id_groups, ood_groups = g_idt, g_oodt
+    if task.cross_fit > 1:  # train on the other folds' evaluation queries
+        id_train, ood_train, id_groups, ood_groups = cross_fit_training(
+            (E.idt, E.ide, E.oodt, E.oode), groups, *fold
+        )
+    return carve_splits(
+        E.kb,
+        id_train,
+        ood_train,
+        id_groups=id_groups,
+        ood_groups=ood_groups,
+        seed=seed,
+        target_frr=run.target_frr,
+        ood_cal_fraction=OOD_CAL_FRACTION if run.threshold_rule == "balanced" else 0.0,
+    )
+
+
+def _searched(
+    kb_name: str, splits: TrainingSplits, det: str, run: _TaskRun
+) -> tuple[dict[str, Any], OODModel]:
+    """``det`` searched and calibrated on ``splits``, and what the report records of it."""
+    t0 = time.perf_counter()
+    res = search(
+        splits,
+        det,
+        kb_name=kb_name,
+        encoder=run.encoder,
+        criterion=run.criterion,
+        grid=run.grids.get(det),
+        seed=run.seed,
+        target_frr=run.target_frr,
+        threshold_rule=run.threshold_rule if splits.ood_cal is not None else "frr",
+        calibration=run.calibration,
+    )
+    info = {
+        "m": res.model.m,
+        "criterion": res.model.criterion,
+        "params": res.best.describe()["params"],
+        "residual_ks": list(res.model.residual_ks),
+        "val_auroc": res.val_auroc,
+        "calibration": res.model.metrics.get("calibration", "split"),
+        "n_calibration": res.model.metrics.get("n_calibration"),
+        "search_s": round(time.perf_counter() - t0, 2),
+        "candidates": len(res.table),
+    }
+    return info, res.model
+
+
+def _protocol_fits(
+    kb_name: str,
+    splits: TrainingSplits,
+    run: _TaskRun,
+    proto: dict[str, dict[str, Pool]],
+    evaluation: tuple[np.ndarray, np.ndarray],
+) -> None:
+    """The paper's protocol on one fold: each of PROTOCOL_CANDIDATES fitted under both
+    criteria, scored on the fold's (ID, OOD) ``evaluation`` queries into ``proto``."""
+    for cand in PROTOCOL_CANDIDATES:
+        for crit in ("evr", "pvalue"):
+            model = fixed_fit(
+                splits,
+                cand,
+                kb_name=kb_name,
+                encoder=run.encoder,
+                criterion=crit,
+                seed=run.seed,
+                target_frr=run.target_frr,
+            )
+            proto.setdefault(cand.detector, {}).setdefault(crit, Pool()).add(
+                model, *evaluation, {"m": model.m}
+            )
 
 
 def _mean(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
@@ -326,26 +339,7 @@ def evaluate_benchmark(
         "kbs": per_kb,
         "mean": mean,
         "pvalue_vs_evr": protocol_table(by_kb),
-        # How evaluation queries are kept from training (see _datasets and group_folds).
-        "leakage_guards": {
-            "training_texts_equal_to_evaluation_texts": "removed (lower-cased, "
-            "punctuation and spacing ignored)",
-            "id_training_queries_equal_to_kb_documents": "removed where both come from one "
-            "pool of utterances (clinc150, stackexchange), compared the same way",
-            "cross_fit_folds": (
-                f"whole groups: paraphrase pairs, and near-duplicates at cosine >= "
-                f"{NEAR_DUPLICATE_COS}, in the folds and in the training splits; a "
-                "training query that nearly copies a fold's query is not fitted for that fold"
-                if fold_grouping == "grouped"
-                else "query by query (a paraphrase of an evaluation query may be trained on)"
-            ),
-            "training_splits": (
-                f"near-duplicate training queries (cosine >= {NEAR_DUPLICATE_COS}) kept in "
-                "one of fit / validation / calibration, and in one fold of cross-calibration"
-                if fold_grouping == "grouped"
-                else "query by query"
-            ),
-        },
+        "leakage_guards": _leakage_guards(fold_grouping),
         "wall_s": round(time.perf_counter() - t0, 1),
     }
     out["best_by_mean_auroc"] = (
@@ -355,32 +349,24 @@ def evaluate_benchmark(
     return out
 
 
-# The figures whose spread over seeds a multi-seed evaluation reports (timings move with
-# the machine, not the seed).
-SPREAD_KEYS = tuple(k for k in METRIC_KEYS if k != "us_per_query")
-
-
-def seed_spread(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Median, min and max over evaluation reports that differ only in their seed.
-
-    The seed draws the splits (and, for cross-fitted benchmarks, the folds), so the
-    spread is how much one figure depends on which queries landed where.
-    ``{"seeds": [...], "mean": {DETECTOR: {KEY: {"median", "min", "max", "values"}}}}``.
-    """
-    if not reports:
-        raise ValueError("no reports")
-    dets = [d for d in reports[0]["mean"] if all(d in r["mean"] for r in reports)]
-    out: dict[str, Any] = {"seeds": [r["seed"] for r in reports], "mean": {}}
-    for d in dets:
-        row = {}
-        for key in SPREAD_KEYS:
-            vals = [float(r["mean"][d][key]) for r in reports if key in r["mean"][d]]
-            if len(vals) == len(reports):
-                row[key] = {
-                    "median": float(np.median(vals)),
-                    "min": min(vals),
-                    "max": max(vals),
-                    "values": vals,
-                }
-        out["mean"][d] = row
-    return out
+def _leakage_guards(fold_grouping: str) -> dict[str, str]:
+    """How evaluation queries are kept from training (see _datasets and group_folds)."""
+    return {
+        "training_texts_equal_to_evaluation_texts": "removed (lower-cased, "
+        "punctuation and spacing ignored)",
+        "id_training_queries_equal_to_kb_documents": "removed where both come from one "
+        "pool of utterances (clinc150, stackexchange), compared the same way",
+        "cross_fit_folds": (
+            f"whole groups: paraphrase pairs, and near-duplicates at cosine >= "
+            f"{NEAR_DUPLICATE_COS}, in the folds and in the training splits; a "
+            "training query that nearly copies a fold's query is not fitted for that fold"
+            if fold_grouping == "grouped"
+            else "query by query (a paraphrase of an evaluation query may be trained on)"
+        ),
+        "training_splits": (
+            f"near-duplicate training queries (cosine >= {NEAR_DUPLICATE_COS}) kept in "
+            "one of fit / validation / calibration, and in one fold of cross-calibration"
+            if fold_grouping == "grouped"
+            else "query by query"
+        ),
+    }

@@ -8,121 +8,20 @@ with their measured figures, the means, and the p-value-vs-EVR differences.
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from sidecar._input_files import input_file
-from sidecar.errors import DataError
+from sidecar.evaluation._eval_json import SPREAD_SHOWN
 from sidecar.evaluation._targets import BASELINES, PAPER_DETECTORS, PRODUCT_DETECTOR
 from sidecar.training import METRIC_KEYS
 
 log = logging.getLogger(__name__)
 
 _DPI = 100
-# The figures of the seed-spread table, each as {"median", "min", "max"}.
-_SPREAD_SHOWN = ("auroc", "balanced_accuracy", "false_reject_rate", "ood_accept_rate")
-
-
-def read_eval_json(path: str | Path) -> dict[str, Any]:
-    """Load a ``sidecar eval`` JSON; :class:`DataError` if it is not one."""
-    p = input_file(path, "a `sidecar eval` JSON file", missing=f"cannot read {path}: not found")
-    try:
-        doc = json.loads(p.read_text())
-    except OSError as exc:
-        raise DataError(f"cannot read {p}: {exc.strerror or exc}") from exc
-    except ValueError as exc:
-        raise DataError(f"{p} is not JSON: {exc}") from exc
-    missing = [k for k in ("benchmark", "kbs", "mean") if not isinstance(doc, dict) or k not in doc]
-    if missing:
-        raise DataError(f"{p} is not a sidecar eval report (no {', '.join(missing)})")
-    _check_types(p, doc)
-    return dict(doc)
-
-
-def _check_types(p: Path, doc: Mapping[str, Any]) -> None:
-    """The shapes :func:`write_eval_report` relies on; :class:`DataError` naming the field."""
-    kbs = _obj(p, "kbs", doc["kbs"], holds="KB")
-    for kb, rows in kbs.items():
-        for det, row in _obj(p, f"kbs.{kb}", rows).items():
-            _numbers(p, f"kbs.{kb}.{det}", _obj(p, f"kbs.{kb}.{det}", row), ("auroc",))
-    for det, row in _obj(p, "mean", doc["mean"], holds="detector").items():
-        _numbers(p, f"mean.{det}", _obj(p, f"mean.{det}", row), METRIC_KEYS)
-    targets = doc.get("targets") or []
-    if not isinstance(targets, list):
-        raise DataError(f"{p}: targets must be a list, not {_kind(targets)}")
-    for i, t in enumerate(targets):
-        _has(p, f"targets[{i}]", _obj(p, f"targets[{i}]", t), ("target", "measured", "met"))
-    spread = _obj(p, "seed_spread", doc.get("seed_spread") or {})
-    for det, row in _obj(p, "seed_spread.mean", spread.get("mean") or {}).items():
-        row = _obj(p, f"seed_spread.mean.{det}", row)
-        for key in (k for k in _SPREAD_SHOWN if k in row):
-            where = f"seed_spread.mean.{det}.{key}"
-            _numbers(p, where, _obj(p, where, row[key]), ("median", "min", "max"), all_=True)
-    table = _obj(p, "pvalue_vs_evr", doc.get("pvalue_vs_evr") or {})
-    for det, row in _obj(p, "pvalue_vs_evr.detectors", table.get("detectors") or {}).items():
-        _protocol_row(p, f"pvalue_vs_evr.detectors.{det}", row, ("kbs_pvalue_better", "kbs"))
-    avg = table.get("paper_detectors_mean")
-    if avg:
-        where = "pvalue_vs_evr.paper_detectors_mean"
-        _protocol_row(p, where, avg, ("detectors_pvalue_better",))
-        if not isinstance(avg.get("detectors"), list):
-            raise DataError(f"{p}: {where}.detectors must be a list")
-
-
-def _protocol_row(p: Path, where: str, row: Any, counts: Sequence[str]) -> None:
-    row = _obj(p, where, row)
-    _has(p, where, row, ("paper_accuracy", "auroc"))
-    pa = _obj(p, f"{where}.paper_accuracy", row["paper_accuracy"])
-    _numbers(p, f"{where}.paper_accuracy", pa, ("evr", "pvalue", "mean_diff"), all_=True)
-    _has(p, f"{where}.paper_accuracy", pa, counts)
-    au = _obj(p, f"{where}.auroc", row["auroc"])
-    _numbers(p, f"{where}.auroc", au, ("mean_diff",), all_=True)
-
-
-def _kind(value: Any) -> str:
-    """The JSON type of ``value``, for messages."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true/false"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return f"a string ({value[:20]!r})"
-    return "a list" if isinstance(value, list) else "an object"
-
-
-def _obj(p: Path, where: str, value: Any, *, holds: str = "") -> dict[str, Any]:
-    """``value`` if it is a JSON object (holding at least one entry when ``holds`` names it)."""
-    if not isinstance(value, dict):
-        raise DataError(f"{p}: {where} must be an object, not {_kind(value)}")
-    if holds and not value:
-        raise DataError(f"{p}: {where} holds no {holds}")
-    return value
-
-
-def _has(p: Path, where: str, row: Mapping[str, Any], keys: Iterable[str]) -> None:
-    missing = [k for k in keys if k not in row]
-    if missing:
-        raise DataError(f"{p}: {where} has no {', '.join(missing)}")
-
-
-def _numbers(
-    p: Path, where: str, row: Mapping[str, Any], keys: Iterable[str], *, all_: bool = False
-) -> None:
-    """Each of ``keys`` in ``row`` is a number (and present, with ``all_``)."""
-    keys = tuple(keys)
-    if all_:
-        _has(p, where, row, keys)
-    for k in keys:
-        v = row.get(k, 0.0)
-        if isinstance(v, bool) or not isinstance(v, int | float):
-            raise DataError(f"{p}: {where}.{k} must be a number, not {_kind(v)}")
 
 
 def _detectors(report: Mapping[str, Any]) -> list[str]:
@@ -311,23 +210,44 @@ def write_eval_report(report: Mapping[str, Any], out_dir: str | Path) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     dets = _detectors(report)
+    lines = _settings_lines(report)
+    lines += _targets_lines(report)
+    lines += _means_lines(report, dets)
+    lines += _spread_lines(report, dets)
+    lines += _plotted_lines(out, report, dets)
+    lines += _protocol_lines(out, report)
+    page = out / "report.md"
+    page.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    log.info("evaluation report written to %s", page)
+    return page
+
+
+def _settings_lines(report: Mapping[str, Any]) -> list[str]:
+    """The title and the table of the run's settings."""
     lines = [f"# Evaluation: {report['benchmark']} ({report.get('split', '?')} split)", ""]
     lines += ["| setting | value |", "|---|---|"]
     shown = ("encoder", "criterion", "threshold_rule", "calibration", "target_frr", "fold_grouping")
     for key in (*shown, "seed", "wall_s"):
         if key in report:
             lines.append(f"| {key} | {report[key]} |")
-    lines += [f"| KBs | {len(report['kbs'])} |", ""]
+    return [*lines, f"| KBs | {len(report['kbs'])} |", ""]
 
-    if report.get("targets"):
-        lines += ["## Targets", "", "| target | measured | met |", "|---|---|---|"]
-        for t in report["targets"]:
-            met = "yes" if t["met"] else "**no**"
-            lines.append(f"| {t['target']} | {_fmt(t['measured'])} | {met} |")
-        lines.append("")
 
+def _targets_lines(report: Mapping[str, Any]) -> list[str]:
+    """The targets with their measured figures; nothing when the report has none."""
+    if not report.get("targets"):
+        return []
+    lines = ["## Targets", "", "| target | measured | met |", "|---|---|---|"]
+    for t in report["targets"]:
+        met = "yes" if t["met"] else "**no**"
+        lines.append(f"| {t['target']} | {_fmt(t['measured'])} | {met} |")
+    return [*lines, ""]
+
+
+def _means_lines(report: Mapping[str, Any], dets: Sequence[str]) -> list[str]:
+    """The mean of every metric over the KBs, one row per detector."""
     keys = METRIC_KEYS
-    lines += [
+    lines = [
         "## Means over the KBs",
         "",
         "Every column is the mean of the per-KB figures, `dims` too (the targets give the",
@@ -341,67 +261,73 @@ def write_eval_report(report: Mapping[str, Any], out_dir: str | Path) -> Path:
         specs = {"dims": ".1f", "us_per_query": ".1f"}
         cells = [_fmt(row.get(k, ""), specs.get(k, ".4f")) for k in keys]
         lines.append(f"| {d} | " + " | ".join(cells) + " |")
-    lines.append("")
+    return [*lines, ""]
 
+
+def _spread_lines(report: Mapping[str, Any], dets: Sequence[str]) -> list[str]:
+    """Median [min, max] over seeds of each mean figure; nothing for a one-seed report."""
     spread = report.get("seed_spread") or {}
-    if spread.get("mean"):
-        keys_s = _SPREAD_SHOWN
-        lines += [
-            f"## Spread over seeds {spread.get('seeds')}",
-            "",
-            "Median [min, max] of each mean figure; the seed draws the splits and folds.",
-            "",
-            "| detector | " + " | ".join(keys_s) + " |",
-            "|---" * (len(keys_s) + 1) + "|",
+    if not spread.get("mean"):
+        return []
+    keys_s = SPREAD_SHOWN
+    lines = [
+        f"## Spread over seeds {spread.get('seeds')}",
+        "",
+        "Median [min, max] of each mean figure; the seed draws the splits and folds.",
+        "",
+        "| detector | " + " | ".join(keys_s) + " |",
+        "|---" * (len(keys_s) + 1) + "|",
+    ]
+    for d in dets:
+        row = spread["mean"].get(d, {})
+        cells = [
+            f"{row[k]['median']:.4f} [{row[k]['min']:.4f}, {row[k]['max']:.4f}]" if k in row else ""
+            for k in keys_s
         ]
-        for d in dets:
-            row = spread["mean"].get(d, {})
-            cells = [
-                f"{row[k]['median']:.4f} [{row[k]['min']:.4f}, {row[k]['max']:.4f}]"
-                if k in row
-                else ""
-                for k in keys_s
-            ]
-            lines.append(f"| {d} | " + " | ".join(cells) + " |")
-        lines.append("")
+        lines.append(f"| {d} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
 
+
+def _plotted_lines(out: Path, report: Mapping[str, Any], dets: Sequence[str]) -> list[str]:
+    """Draw the heatmap, the means and (with timings) cost against quality; their links."""
     _plot_heatmap(out / "auroc_by_kb.png", report, dets)
     _plot_means(out / "detectors.png", report, dets)
-    lines += ["## Which wins where", "", "![AUROC per KB](auroc_by_kb.png)", ""]
+    lines = ["## Which wins where", "", "![AUROC per KB](auroc_by_kb.png)", ""]
     lines += ["![means per detector](detectors.png)", ""]
     if any(report["mean"][d].get("us_per_query") for d in dets):
         _plot_cost(out / "cost_quality.png", report, dets)
         lines += ["## Cost against quality", "", "![cost against quality](cost_quality.png)", ""]
+    return lines
 
+
+def _protocol_lines(out: Path, report: Mapping[str, Any]) -> list[str]:
+    """Draw p-value against EVR and tabulate the differences; nothing without a protocol."""
     table = report.get("pvalue_vs_evr") or {}
-    if table.get("detectors"):
-        _plot_protocol(out / "pvalue_vs_evr.png", table)
-        lines += [f"## p-value vs EVR PC selection (m = {table.get('m')})", ""]
-        lines += ["![p-value vs EVR](pvalue_vs_evr.png)", ""]
-        lines += [
-            "EVR and p-value columns: accuracy on a balanced ID/OOD sample (`paper_accuracy`,",
-            "the paper's protocol) at each model's calibrated threshold, mean over the KBs.",
-            "",
-            "| detector | EVR | p-value | p-value minus EVR | KBs where p-value wins "
-            "| AUROC difference |",
-            "|---|---|---|---|---|---|",
-        ]
-        for d, row in table["detectors"].items():
-            pa = row["paper_accuracy"]
-            lines.append(
-                f"| {d} | {pa['evr']:.4f} | {pa['pvalue']:.4f} | {pa['mean_diff']:+.4f} | "
-                f"{pa['kbs_pvalue_better']}/{pa['kbs']} | {row['auroc']['mean_diff']:+.4f} |"
-            )
-        avg = table.get("paper_detectors_mean")
-        if avg:
-            pa = avg["paper_accuracy"]
-            lines.append(
-                f"| mean of the paper's detectors | {pa['evr']:.4f} | {pa['pvalue']:.4f} | "
-                f"{pa['mean_diff']:+.4f} | {pa['detectors_pvalue_better']}/"
-                f"{len(avg['detectors'])} detectors | {avg['auroc']['mean_diff']:+.4f} |"
-            )
-        lines.append("")
-    page = out / "report.md"
-    page.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    log.info("evaluation report written to %s", page)
-    return page
+    if not table.get("detectors"):
+        return []
+    _plot_protocol(out / "pvalue_vs_evr.png", table)
+    lines = [f"## p-value vs EVR PC selection (m = {table.get('m')})", ""]
+    lines += ["![p-value vs EVR](pvalue_vs_evr.png)", ""]
+    lines += [
+        "EVR and p-value columns: accuracy on a balanced ID/OOD sample (`paper_accuracy`,",
+        "the paper's protocol) at each model's calibrated threshold, mean over the KBs.",
+        "",
+        "| detector | EVR | p-value | p-value minus EVR | KBs where p-value wins "
+        "| AUROC difference |",
+        "|---|---|---|---|---|---|",
+    ]
+    for d, row in table["detectors"].items():
+        pa = row["paper_accuracy"]
+        lines.append(
+            f"| {d} | {pa['evr']:.4f} | {pa['pvalue']:.4f} | {pa['mean_diff']:+.4f} | "
+            f"{pa['kbs_pvalue_better']}/{pa['kbs']} | {row['auroc']['mean_diff']:+.4f} |"
+        )
+    avg = table.get("paper_detectors_mean")
+    if avg:
+        pa = avg["paper_accuracy"]
+        lines.append(
+            f"| mean of the paper's detectors | {pa['evr']:.4f} | {pa['pvalue']:.4f} | "
+            f"{pa['mean_diff']:+.4f} | {pa['detectors_pvalue_better']}/"
+            f"{len(avg['detectors'])} detectors | {avg['auroc']['mean_diff']:+.4f} |"
+        )
+    return [*lines, ""]

@@ -14,7 +14,8 @@ from typing import Any
 
 from sidecar.errors import ConfigError
 from sidecar.evaluation._datasets import KBTask, load_benchmark
-from sidecar.evaluation._evaluate import DETECTORS, evaluate_benchmark, seed_spread
+from sidecar.evaluation._evaluate import DETECTORS, evaluate_benchmark
+from sidecar.evaluation._spread import seed_spread
 from sidecar.evaluation._targets import targets
 from sidecar.scoring import DEFAULT_TARGET_FRR
 from sidecar.settings import Settings

@@ -6,10 +6,12 @@ labels are 1 for OOD and 0 for ID.
 """
 
 from sidecar.scoring._base import (
+    FAMILIES,
     INPUT_BLOCKS,
     OODDetector,
     detector_class,
     detector_kinds,
+    detector_table,
     make_detector,
     needs_ood_error,
 )
@@ -26,7 +28,7 @@ from sidecar.scoring._calibration import (
     quiet_calibration,
     recalibrate,
 )
-from sidecar.scoring._fit import fit_ood_model
+from sidecar.scoring._fit import FitConfig, fit_model, fit_ood_model
 from sidecar.scoring._geometric import EpsilonBall, EpsilonCube, EpsilonRect
 from sidecar.scoring._gmm import GMMDetector
 from sidecar.scoring._linear import CombinedDetector, LogRegDetector
@@ -39,6 +41,7 @@ from sidecar.scoring._svm import SVMDetector
 
 __all__ = [
     "DEFAULT_TARGET_FRR",
+    "FAMILIES",
     "INPUT_BLOCKS",
     "MIN_PROBE_COSINE",
     "PROBE_TEXTS",
@@ -47,6 +50,7 @@ __all__ = [
     "EpsilonBall",
     "EpsilonCube",
     "EpsilonRect",
+    "FitConfig",
     "GMMDetector",
     "KBSubspace",
     "KNNDetector",
@@ -61,6 +65,8 @@ __all__ = [
     "conformal_threshold",
     "detector_class",
     "detector_kinds",
+    "detector_table",
+    "fit_model",
     "fit_ood_model",
     "make_detector",
     "min_calibration_size",

@@ -30,17 +30,27 @@ from sidecar.errors import DataError, InvalidModelState, NotFittedError
 #   "full"       (n, d)  the embedding itself
 INPUT_BLOCKS = ("pcs", "residual", "max_cosine", "knn", "neighbours", "full")
 
+# Detector families, in the order tables list them (reports and JSON keys follow it): the
+# reference paper's detectors, the product's own, then the baselines it is compared with.
+FAMILIES = ("paper", "product", "baseline")
+
 _REGISTRY: dict[str, type[OODDetector]] = {}
 _D = TypeVar("_D", bound="type[OODDetector]")
 
 
-def register(kind: str) -> Callable[[_D], _D]:
-    """Class decorator: make a detector constructible and loadable by ``kind``."""
+def register(kind: str, *, family: str, rank: int) -> Callable[[_D], _D]:
+    """Class decorator: make a detector constructible and loadable by ``kind``.
+
+    ``family`` is one of :data:`FAMILIES`; ``rank`` is the detector's place among its
+    family in tables (:func:`detector_table`).
+    """
+    if family not in FAMILIES:
+        raise ValueError(f"family must be one of {FAMILIES}, not {family!r}")
 
     def deco(cls: _D) -> _D:
         if kind in _REGISTRY:
             raise RuntimeError(f"detector kind {kind!r} registered twice")
-        cls.kind = kind
+        cls.kind, cls.family, cls.table_rank = kind, family, rank
         _REGISTRY[kind] = cls
         return cls
 
@@ -50,6 +60,15 @@ def register(kind: str) -> Callable[[_D], _D]:
 def detector_kinds() -> tuple[str, ...]:
     """Names of every registered detector kind, sorted."""
     return tuple(sorted(_REGISTRY))
+
+
+def detector_table(*families: str) -> tuple[str, ...]:
+    """Registered kinds in table order, the order reports and JSON keys follow: family by
+    family as :data:`FAMILIES` lists them, each by its rank; only ``families`` when given."""
+    kinds = [k for k, cls in _REGISTRY.items() if not families or cls.family in families]
+    return tuple(
+        sorted(kinds, key=lambda k: (FAMILIES.index(_REGISTRY[k].family), _REGISTRY[k].table_rank))
+    )
 
 
 def detector_class(kind: str) -> type[OODDetector]:
@@ -112,9 +131,17 @@ class OODDetector(BaseEstimator):
     (``"labelled"``: ID and OOD training queries; ``"kb"``: the KB embeddings only) and
     ``needs_ood`` (whether OOD training queries are required), and implement ``fit``,
     ``score_samples``, ``_learned`` / ``_arrays`` / ``_restore`` for the state codec.
+    What other packages ask of a kind is declared here too: ``full_space`` (it scores
+    the embedding itself, not the selected PCs, so the PC-dimension budget does not
+    apply), ``geometric`` (one of the paper's epsilon neighbourhoods); ``family`` and
+    ``table_rank`` are set by :func:`register`.
     """
 
     kind: ClassVar[str] = ""
+    family: ClassVar[str] = ""
+    table_rank: ClassVar[int] = 0
+    full_space: ClassVar[bool] = False
+    geometric: ClassVar[bool] = False
     fit_on: ClassVar[str] = "labelled"
     needs_ood: ClassVar[bool] = False
     _fitted_attr: ClassVar[str] = "n_features_in_"

@@ -104,7 +104,7 @@ def _id_rows(X: Any, y: Any) -> np.ndarray:
     return X if lab is None else X[lab == 0]
 
 
-@register("residual")
+@register("residual", family="product", rank=0)
 class ResidualDetector(OODDetector):
     """Subspace residual: how much of the query the KB's top-k PCs leave unexplained.
 
@@ -143,7 +143,7 @@ class ResidualDetector(OODDetector):
         return np.array(self._check_X(X)[:, self.column])
 
 
-@register("max_cosine")
+@register("max_cosine", family="baseline", rank=0)
 class MaxCosineDetector(OODDetector):
     """Baseline: 1 - max cosine similarity to any KB embedding (full space).
 
@@ -160,6 +160,7 @@ class MaxCosineDetector(OODDetector):
     """
 
     fit_on = "kb"
+    full_space = True
 
     def __init__(self, *, quantile: float = 0.95, random_state: int = 0):
         self.quantile = quantile
@@ -206,7 +207,7 @@ class MaxCosineDetector(OODDetector):
             raise ValueError("kb array does not match the detector")
 
 
-@register("knn")
+@register("knn", family="baseline", rank=2)
 class KNNDetector(MaxCosineDetector):
     """Baseline: 1 - cosine similarity of the ``n_neighbors``-th nearest KB embedding.
 
@@ -238,7 +239,7 @@ class KNNDetector(MaxCosineDetector):
         return self
 
 
-@register("mahalanobis")
+@register("mahalanobis", family="baseline", rank=1)
 class MahalanobisDetector(OODDetector):
     """Baseline: Mahalanobis distance to the KB mean, Ledoit-Wolf shrunk covariance.
 
@@ -255,6 +256,7 @@ class MahalanobisDetector(OODDetector):
     """
 
     fit_on = "kb"
+    full_space = True
 
     def __init__(self, *, quantile: float = 0.95):
         self.quantile = quantile

@@ -60,6 +60,7 @@ from sidecar.scoring._linf import BruteLinf
 class _EpsilonDetector(OODDetector):
     """Shared machinery; subclasses fix the metric ``_p`` and the axis scaling."""
 
+    geometric = True
     _p: ClassVar[float] = 2.0
 
     def __init__(
@@ -224,7 +225,7 @@ class _EpsilonDetector(OODDetector):
         self._build()
 
 
-@register("epsilon_ball")
+@register("epsilon_ball", family="paper", rank=0)
 class EpsilonBall(_EpsilonDetector):
     """Epsilon-ball: Euclidean neighbourhoods of radius ``epsilon``.
 
@@ -243,7 +244,7 @@ class EpsilonBall(_EpsilonDetector):
     _p = 2.0
 
 
-@register("epsilon_cube")
+@register("epsilon_cube", family="paper", rank=1)
 class EpsilonCube(_EpsilonDetector):
     """Epsilon-cube: one half-width ``epsilon`` on every axis (a Chebyshev ball).
 
@@ -253,7 +254,7 @@ class EpsilonCube(_EpsilonDetector):
     _p = np.inf
 
 
-@register("epsilon_rect")
+@register("epsilon_rect", family="paper", rank=2)
 class EpsilonRect(_EpsilonDetector):
     """Epsilon-rect: a half-width per axis (a Chebyshev ball after scaling each axis).
 

@@ -16,7 +16,7 @@ from sidecar.errors import DataError
 from sidecar.scoring._base import OODDetector, as_2d, as_labels, register, require_array
 
 
-@register("gmm")
+@register("gmm", family="paper", rank=5)
 class GMMDetector(OODDetector):
     """Gaussian mixture (full covariances).
 

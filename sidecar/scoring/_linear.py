@@ -17,7 +17,7 @@ from sidecar.errors import DataError
 from sidecar.scoring._base import OODDetector, as_2d, as_labels, register, require_array
 
 
-@register("logreg")
+@register("logreg", family="paper", rank=3)
 class LogRegDetector(OODDetector):
     """Logistic regression, ID (0) vs OOD (1); needs OOD training queries.
 
@@ -101,7 +101,7 @@ class LogRegDetector(OODDetector):
             raise ValueError("coef does not match n_features_in_")
 
 
-@register("combined")
+@register("combined", family="product", rank=1)
 class CombinedDetector(LogRegDetector):
     """Logistic regression over [selected PCs, residual norm(s), optional max-cosine / kNN].
 

@@ -37,7 +37,7 @@ def _subsample(
     return X[idx], y[idx]
 
 
-@register("svm")
+@register("svm", family="paper", rank=4)
 class SVMDetector(OODDetector):
     """Support vector machine, linear or RBF.
 

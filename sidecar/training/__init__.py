@@ -31,7 +31,13 @@ from sidecar.training._metrics import (
 from sidecar.training._recalibrate import Recalibration, recalibrate_release
 from sidecar.training._release import Release, ReleaseConfig, release_model
 from sidecar.training._release_check import check_release
-from sidecar.training._search import SearchResult, resolve_calibration, search
+from sidecar.training._search import (
+    SearchConfig,
+    SearchResult,
+    resolve_calibration,
+    run_search,
+    search,
+)
 from sidecar.training._splits import (
     NEAR_DUPLICATE_COS,
     OOD_CAL_FRACTION,
@@ -55,6 +61,7 @@ __all__ = [
     "Recalibration",
     "Release",
     "ReleaseConfig",
+    "SearchConfig",
     "SearchResult",
     "TrainConfig",
     "TrainInputs",
@@ -82,6 +89,7 @@ __all__ = [
     "recalibrate_release",
     "release_model",
     "resolve_calibration",
+    "run_search",
     "search",
     "train",
     "write_check_report",

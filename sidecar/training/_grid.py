@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from sidecar.scoring import detector_class, detector_kinds
+
 # At most this many input columns for the searched detectors (the issue's budget).
 MAX_DIMS = 32
 # Residual norms at several k: the combined detector sees all of them.
@@ -51,7 +53,7 @@ def default_grid(detector: str) -> list[Candidate]:
     Kept small on purpose: every candidate refits the KB PCA.
     """
     c = Candidate
-    if detector in ("epsilon_ball", "epsilon_cube", "epsilon_rect"):
+    if detector in detector_kinds() and detector_class(detector).geometric:
         return [c(detector, m, {"quantile": q}) for m in (8, 13) for q in (0.95, 0.99)]
     if detector == "logreg":
         return [c(detector, m, {"C": C}) for m in (13, MAX_DIMS) for C in (0.1, 1.0)]

@@ -15,25 +15,16 @@ from typing import Any
 import numpy as np
 
 from sidecar.errors import ConfigError, DataError
+from sidecar.scoring import OODModel, detector_table
 from sidecar.training._fitting import fixed_fit, with_balanced_threshold
 from sidecar.training._grid import MAX_DIMS, default_grid
 from sidecar.training._job import TrainConfig, TrainInputs, TrainResult, grouped_splits
 from sidecar.training._metrics import paper_accuracy
 from sidecar.training._report import ReportData, pc_loadings, write_report
+from sidecar.training._splits import TrainingSplits
 
-REPORT_DETECTORS = (
-    "epsilon_ball",
-    "epsilon_cube",
-    "epsilon_rect",
-    "logreg",
-    "svm",
-    "gmm",
-    "residual",
-    "combined",
-    "max_cosine",
-    "mahalanobis",
-    "knn",
-)
+# The detectors whose ROC the report draws: every one, in the registry's table order.
+REPORT_DETECTORS = detector_table()
 M_CURVE = (4, 8, 13, 20, 28)
 
 
@@ -63,62 +54,8 @@ def report_data(
     curve: dict[str, list[tuple[int, float]]] = {}
     has_val_ood = splits.has_ood and splits.ood_val is not None
     if has_val_ood:
-        assert splits.ood_val is not None
-        for det in REPORT_DETECTORS:
-            if det == model.detector_name:
-                continue
-            try:
-                cand = default_grid(det)[0]
-                other = fixed_fit(
-                    splits,
-                    replace(cand, m=min(cand.m, model.m or cand.m)),
-                    kb_name=inputs.kb_name,
-                    encoder=inputs.encoder,
-                    criterion=model.criterion,  # the shipped model's (resolved under auto)
-                    seed=cfg.seed,
-                    target_frr=cfg.target_frr,
-                    pca_method=cfg.pca_method,
-                    final=False,
-                )
-            except (ConfigError, DataError) as exc:
-                notes.append(f"{det} not shown: {exc}")
-                continue
-            roc[det] = (other.score(splits.id_val), other.score(splits.ood_val))
-        # The shipped model was refitted on the validation split too: show fit-only scores.
-        if result.search.val_scores is not None:
-            roc[f"{model.detector_name} (shipped)"] = result.search.val_scores
-        best = result.search.best
-        extra = model.dims - model.m
-        for crit in ("evr", "pvalue"):
-            pts = []
-            for m in M_CURVE:
-                if m + extra > MAX_DIMS or m >= len(inputs.kb):
-                    continue
-                try:
-                    mm = fixed_fit(
-                        splits,
-                        replace(best, m=m),
-                        kb_name=inputs.kb_name,
-                        encoder=inputs.encoder,
-                        criterion=crit,
-                        seed=cfg.seed,
-                        target_frr=cfg.target_frr,
-                        pca_method=cfg.pca_method,
-                        final=False,
-                    )
-                    if cfg.threshold_rule == "balanced":  # as the shipped model's figures
-                        mm = with_balanced_threshold(mm, splits)
-                except (ConfigError, DataError):
-                    continue
-                pts.append(
-                    (
-                        m,
-                        paper_accuracy(
-                            mm.score(splits.id_val), mm.score(splits.ood_val), mm.threshold
-                        ),
-                    )
-                )
-            curve[crit] = pts
+        roc = _roc_scores(inputs, cfg, result, splits, notes)
+        curve = {crit: _m_curve(inputs, cfg, result, splits, crit) for crit in ("evr", "pvalue")}
         notes.append(
             "Accuracy against m is on a balanced validation sample at each model's "
             f"calibrated threshold (rule {cfg.threshold_rule!r}, as the shipped model's); "
@@ -126,17 +63,7 @@ def report_data(
         )
     else:
         notes.append("No OOD training queries: ROC curves and accuracy against m need them.")
-    if cfg.criterion == "auto" and model.criterion != "auto":
-        notes.append(
-            f"Criterion auto: {model.criterion} was kept (see the search table)."
-            if has_val_ood
-            else "Criterion auto: without OOD training queries the PCs are chosen by EVR."
-        )
-    elif cfg.criterion != model.criterion:
-        notes.append(
-            f"Criterion {cfg.criterion} was asked for; the PCs were chosen by "
-            f"{model.criterion}: p-value selection needs OOD training queries."
-        )
+    notes += _criterion_notes(cfg, model.criterion, has_val_ood)
     notes.append(
         "Validation figures (val_* metrics, ROC curves, histograms, accuracy against m) "
         "come from models fitted without the validation split, each at its own threshold; "
@@ -148,21 +75,137 @@ def report_data(
         s_id, s_ood = result.search.val_scores
     else:
         s_id, s_ood = val_model.score(splits.id_val), np.zeros(0)
-    pcs = []
-    if model.m and model.explained_variance_ratio is not None:
-        ids = inputs.kb_ids or [str(i) for i in range(len(inputs.kb))]
-        texts = inputs.kb_texts or [""] * len(inputs.kb)
-        n_show = min(len(inputs.kb), 2000)  # loadings table: a bounded sample of big KBs
-        idx = np.random.default_rng(cfg.seed).permutation(len(inputs.kb))[:n_show]
-        proj = (inputs.kb[idx] - model.mean) @ np.asarray(model.components).T
-        pcs = pc_loadings(
-            proj,
-            [ids[i] for i in idx],
-            [texts[i] for i in idx],
-            list(model.selected_pcs),
-            np.asarray(model.explained_variance_ratio),
-        )
-    summary = {
+    return ReportData(
+        f"OOD model for KB '{inputs.kb_name}'",
+        _summary(inputs, cfg, result, extra_summary),
+        roc,
+        (model.detector_name, s_id, s_ood, val_model.threshold),
+        curve,
+        _loadings(inputs, cfg, model),
+        notes,
+        list(result.search.table),
+    )
+
+
+def _roc_scores(
+    inputs: TrainInputs,
+    cfg: TrainConfig,
+    result: TrainResult,
+    splits: TrainingSplits,
+    notes: list[str],
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Validation (ID, OOD) scores of every other detector at its default parameters,
+    fitted on the fit part, and of the shipped one as fitted there; a detector that cannot
+    be fitted gets a line in ``notes``."""
+    model = result.model
+    assert splits.ood_val is not None
+    roc: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for det in REPORT_DETECTORS:
+        if det == model.detector_name:
+            continue
+        try:
+            cand = default_grid(det)[0]
+            other = fixed_fit(
+                splits,
+                replace(cand, m=min(cand.m, model.m or cand.m)),
+                kb_name=inputs.kb_name,
+                encoder=inputs.encoder,
+                criterion=model.criterion,  # the shipped model's (resolved under auto)
+                seed=cfg.seed,
+                target_frr=cfg.target_frr,
+                pca_method=cfg.pca_method,
+                final=False,
+            )
+        except (ConfigError, DataError) as exc:
+            notes.append(f"{det} not shown: {exc}")
+            continue
+        roc[det] = (other.score(splits.id_val), other.score(splits.ood_val))
+    # The shipped model was refitted on the validation split too: show fit-only scores.
+    if result.search.val_scores is not None:
+        roc[f"{model.detector_name} (shipped)"] = result.search.val_scores
+    return roc
+
+
+def _m_curve(
+    inputs: TrainInputs,
+    cfg: TrainConfig,
+    result: TrainResult,
+    splits: TrainingSplits,
+    crit: str,
+) -> list[tuple[int, float]]:
+    """(m, balanced-sample validation accuracy) of the kept candidate at each m of
+    M_CURVE that fits the dims budget and the KB, its PCs chosen by ``crit``."""
+    model, best = result.model, result.search.best
+    assert splits.ood_val is not None
+    extra = model.dims - model.m
+    pts = []
+    for m in M_CURVE:
+        if m + extra > MAX_DIMS or m >= len(inputs.kb):
+            continue
+        try:
+            mm = fixed_fit(
+                splits,
+                replace(best, m=m),
+                kb_name=inputs.kb_name,
+                encoder=inputs.encoder,
+                criterion=crit,
+                seed=cfg.seed,
+                target_frr=cfg.target_frr,
+                pca_method=cfg.pca_method,
+                final=False,
+            )
+            if cfg.threshold_rule == "balanced":  # as the shipped model's figures
+                mm = with_balanced_threshold(mm, splits)
+        except (ConfigError, DataError):
+            continue
+        s_id, s_ood = mm.score(splits.id_val), mm.score(splits.ood_val)
+        pts.append((m, paper_accuracy(s_id, s_ood, mm.threshold)))
+    return pts
+
+
+def _criterion_notes(cfg: TrainConfig, used: str, has_val_ood: bool) -> list[str]:
+    """Why the PCs were chosen by ``used`` where another criterion was asked for."""
+    if cfg.criterion == "auto" and used != "auto":
+        return [
+            f"Criterion auto: {used} was kept (see the search table)."
+            if has_val_ood
+            else "Criterion auto: without OOD training queries the PCs are chosen by EVR."
+        ]
+    if cfg.criterion != used:
+        return [
+            f"Criterion {cfg.criterion} was asked for; the PCs were chosen by "
+            f"{used}: p-value selection needs OOD training queries."
+        ]
+    return []
+
+
+def _loadings(inputs: TrainInputs, cfg: TrainConfig, model: OODModel) -> list[Any]:
+    """The selected PCs' loadings on a bounded, seeded sample of the KB documents."""
+    if not (model.m and model.explained_variance_ratio is not None):
+        return []
+    ids = inputs.kb_ids or [str(i) for i in range(len(inputs.kb))]
+    texts = inputs.kb_texts or [""] * len(inputs.kb)
+    n_show = min(len(inputs.kb), 2000)  # loadings table: a bounded sample of big KBs
+    idx = np.random.default_rng(cfg.seed).permutation(len(inputs.kb))[:n_show]
+    proj = (inputs.kb[idx] - model.mean) @ np.asarray(model.components).T
+    return pc_loadings(
+        proj,
+        [ids[i] for i in idx],
+        [texts[i] for i in idx],
+        list(model.selected_pcs),
+        np.asarray(model.explained_variance_ratio),
+    )
+
+
+def _summary(
+    inputs: TrainInputs,
+    cfg: TrainConfig,
+    result: TrainResult,
+    extra_summary: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The report's summary table: the shipped model, its settings and its figures."""
+    model = result.model
+    return {
         "kb": inputs.kb_name,
         "encoder": inputs.encoder["name"],
         "detector": model.detector_name,
@@ -180,13 +223,3 @@ def report_data(
         **result.stats,
         **(extra_summary or {}),
     }
-    return ReportData(
-        f"OOD model for KB '{inputs.kb_name}'",
-        summary,
-        roc,
-        (model.detector_name, s_id, s_ood, val_model.threshold),
-        curve,
-        pcs,
-        notes,
-        list(result.search.table),
-    )

@@ -18,7 +18,7 @@ from click.testing import CliRunner, Result
 from model_store import DirectoryStore, build_artifact, save_dir
 from sidecar.cli import main
 from sidecar.errors import DataError
-from sidecar.evaluation._report import read_eval_json
+from sidecar.evaluation._eval_json import read_eval_json
 from sidecar.explain import load_sources
 from sidecar.explain._prompt import sources_from_records
 from sidecar.persistence import model_to_artifact

@@ -11,7 +11,8 @@ from click.testing import CliRunner
 
 from sidecar.cli import main
 from sidecar.errors import DataError
-from sidecar.evaluation._report import read_eval_json, write_eval_report
+from sidecar.evaluation._eval_json import read_eval_json
+from sidecar.evaluation._report import write_eval_report
 from sidecar.evaluation._targets import protocol_table, targets
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -103,7 +104,7 @@ def test_cli_writes_beside_the_json_by_default(tmp_path: Path) -> None:
 
 
 def test_seed_spread_judges_the_covid_target_on_the_median(tmp_path: Path) -> None:
-    from sidecar.evaluation._evaluate import seed_spread
+    from sidecar.evaluation._spread import seed_spread
 
     reports = []
     for seed, ba in ((0, 0.99), (1, 0.95), (2, 0.96)):

@@ -13,6 +13,8 @@ def test_all_is_pinned() -> None:
             "EpsilonBall",
             "EpsilonCube",
             "EpsilonRect",
+            "FAMILIES",
+            "FitConfig",
             "GMMDetector",
             "INPUT_BLOCKS",
             "KBSubspace",
@@ -31,6 +33,8 @@ def test_all_is_pinned() -> None:
             "conformal_threshold",
             "detector_class",
             "detector_kinds",
+            "detector_table",
+            "fit_model",
             "fit_ood_model",
             "make_detector",
             "min_calibration_size",
@@ -63,3 +67,18 @@ def test_every_paper_detector_and_baseline_is_registered() -> None:
         "mahalanobis",
         "knn",
     }
+
+
+def test_the_registry_lists_the_kinds_in_table_order_by_family() -> None:
+    paper = ("epsilon_ball", "epsilon_cube", "epsilon_rect", "logreg", "svm", "gmm")
+    product = ("residual", "combined")
+    baselines = ("max_cosine", "mahalanobis", "knn")
+    assert scoring.detector_table() == (*paper, *product, *baselines)
+    assert scoring.detector_table("paper") == paper
+    assert scoring.detector_table("product") == product
+    assert scoring.detector_table("baseline") == baselines
+    assert scoring.detector_table("paper", "baseline") == (*paper, *baselines)
+    full = {k for k in scoring.detector_kinds() if scoring.detector_class(k).full_space}
+    assert full == {"max_cosine", "knn", "mahalanobis"}
+    geometric = {k for k in scoring.detector_kinds() if scoring.detector_class(k).geometric}
+    assert geometric == {"epsilon_ball", "epsilon_cube", "epsilon_rect"}

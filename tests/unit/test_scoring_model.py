@@ -18,7 +18,14 @@ from model_store import (
 )
 from sidecar.errors import ConfigError, EncoderMismatch
 from sidecar.persistence import model_from_artifact, model_to_artifact
-from sidecar.scoring import KBSubspace, OODModel, detector_kinds, fit_ood_model
+from sidecar.scoring import (
+    FitConfig,
+    KBSubspace,
+    OODModel,
+    detector_kinds,
+    fit_model,
+    fit_ood_model,
+)
 
 D = 16
 ENC = {"name": "fake-encoder", "dim": D}
@@ -295,3 +302,13 @@ def test_batch_of_one_matches_the_batch() -> None:
     one = np.array([model.score(E[i])[0] for i in range(len(E))])
     # float32 max-cosine: BLAS kernels differ by batch size, within float32 rounding.
     np.testing.assert_allclose(one, model.score(E), rtol=1e-5, atol=1e-6)
+
+
+def test_fit_model_with_a_config_is_fit_ood_model() -> None:
+    d = _data()
+    config = FitConfig(detector="combined", m=4, k=8)
+    model = fit_model(d["kb"], d["id"], d["ood"], kb="kb1", encoder=ENC, config=config)
+    same = _model("combined")
+    assert model.threshold == same.threshold
+    assert model.params == same.params and model.metrics == same.metrics
+    np.testing.assert_array_equal(model.score(d["test"]), same.score(d["test"]))

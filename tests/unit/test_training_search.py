@@ -240,7 +240,7 @@ def test_protocol_fits_every_paper_detector_under_both_criteria() -> None:
 
 def test_one_se_rule_keeps_the_smaller_candidate_within_one_standard_error() -> None:
     from sidecar.training._metrics import auroc_standard_error
-    from sidecar.training._search import Ranked, shortlist
+    from sidecar.training._shortlist import Ranked, shortlist
 
     def pick_candidate(rows, selection):
         return shortlist(rows, selection)[0]
@@ -459,7 +459,7 @@ def test_balanced_rule_without_ood_calibration_reports_one_calibration() -> None
 
 def test_shortlist_orders_the_candidates_validation_cannot_tell_apart() -> None:
     from sidecar.training._metrics import auroc_standard_error
-    from sidecar.training._search import Ranked, shortlist
+    from sidecar.training._shortlist import Ranked, shortlist
 
     se = auroc_standard_error(0.95, 100, 100)
     rows = [
@@ -682,3 +682,18 @@ def test_a_grid_nothing_fits_is_refused_with_its_reasons_counted() -> None:
     msg = str(err.value)
     assert msg.startswith("no candidate of 'logreg' could be fitted: m=40 exceeds the k=24")
     assert "(2 of 3); m=50" in msg and msg.endswith("(1 of 3)") and "{" not in msg
+
+
+def test_run_search_with_a_config_is_search() -> None:
+    from sidecar.training import SearchConfig, run_search
+
+    embed = _emb_factory()
+    t = _task()
+    s = carve_splits(embed(t.kb_texts), embed(t.id_train), embed(t.ood_train), seed=0)
+    grid = [Candidate("logreg", 1, {"C": 1.0}), Candidate("logreg", 8, {"C": 1.0})]
+    enc = {"name": "fake", "dim": DIM}
+    config = SearchConfig(grid=tuple(grid), calibration="split")
+    res = run_search(s, "logreg", config, kb_name="t", encoder=enc)
+    same = search(s, "logreg", kb_name="t", encoder=enc, grid=grid, calibration="split")
+    assert res.best == same.best and res.table == same.table
+    assert res.model.threshold == same.model.threshold

@@ -144,7 +144,13 @@ def train_command(**opts: Any) -> None:
     from tqdm.contrib.logging import logging_redirect_tqdm
 
     from sidecar.scoring import quiet_calibration
-    from sidecar.training import ReleaseConfig, check_config, load_inputs, release_model
+    from sidecar.training import (
+        InputSources,
+        ReleaseConfig,
+        check_config,
+        load_inputs,
+        release_model,
+    )
 
     _check_options(opts)
     settings = _load_settings(opts)
@@ -156,7 +162,7 @@ def train_command(**opts: Any) -> None:
     cfg = _train_config(opts)
     check_config(cfg)  # before the inputs are embedded
     # Inputs first (with their own encoding bar): a bad path fails before any other output.
-    inputs, embed_s = load_inputs(opts, settings, progress=progress)
+    inputs, embed_s = load_inputs(InputSources.from_options(opts), settings, progress=progress)
     where = ReleaseConfig(
         out=opts["out"],
         report_dir=opts["report_dir"],

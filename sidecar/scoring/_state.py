@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from sidecar.errors import DataError, InvalidModelState
-from sidecar.scoring._base import detector_class
+from sidecar.scoring._base import OODDetector, detector_class
 from sidecar.scoring._model import _DET_PREFIX, MODEL_FORMAT, SCORE_CONVENTION, OODModel
 
 
@@ -103,12 +103,7 @@ def model_from_state(
     except KeyError:
         raise InvalidModelState(f"unknown detector kind {kind!r}") from None
     try:
-        det_arrays = {
-            k[len(_DET_PREFIX) :]: v for k, v in arrays.items() if k.startswith(_DET_PREFIX)
-        }
-        det = det_cls.from_state(dict(section["params"]), det_arrays)
-        if det.kind != kind:
-            raise ValueError(f"detector state is of kind {det.kind!r}, not {kind!r}")
+        det = _detector(det_cls, section, arrays)
         selected = np.asarray(arrays["subspace.selected_pcs"], dtype=np.int64)
         if [int(i) for i in selected] != [int(i) for i in section["selected_pcs"]]:
             raise ValueError("selected PCs differ between manifest and arrays")
@@ -136,17 +131,7 @@ def model_from_state(
             encoder_probe_texts=tuple(probe_texts),
             version=version,
         )
-        if out.dims != det.n_features_in_:
-            raise ValueError(
-                f"detector expects {det.n_features_in_} features, the model builds {out.dims}"
-            )
-        if not math.isfinite(out.threshold):  # NaN would pass every query as in-domain
-            raise ValueError(f"decision threshold must be finite, got {out.threshold}")
-        for key in ("m", "dims"):  # what `models show` reports must be what runs
-            if key in section and int(section[key]) != getattr(out, key):
-                raise ValueError(
-                    f"manifest says {key}={section[key]}, the arrays give {getattr(out, key)}"
-                )
+        _check_built(out, section)
     except InvalidModelState:
         raise
     except (KeyError, TypeError, ValueError, IndexError, ArithmeticError, DataError) as exc:
@@ -154,3 +139,31 @@ def model_from_state(
             f"model section or arrays are malformed ({type(exc).__name__}: {exc})"
         ) from exc
     return out
+
+
+def _detector(
+    det_cls: type[OODDetector], section: Mapping[str, Any], arrays: Mapping[str, np.ndarray]
+) -> OODDetector:
+    """The fitted detector of a model section, from its ``detector.``-prefixed arrays."""
+    kind = section.get("kind")
+    det_arrays = {k[len(_DET_PREFIX) :]: v for k, v in arrays.items() if k.startswith(_DET_PREFIX)}
+    det = det_cls.from_state(dict(section["params"]), det_arrays)
+    if det.kind != kind:
+        raise ValueError(f"detector state is of kind {det.kind!r}, not {kind!r}")
+    return det
+
+
+def _check_built(model: OODModel, section: Mapping[str, Any]) -> None:
+    """ValueError unless the rebuilt model is what its section says and can decide."""
+    det = model.detector
+    if model.dims != det.n_features_in_:
+        raise ValueError(
+            f"detector expects {det.n_features_in_} features, the model builds {model.dims}"
+        )
+    if not math.isfinite(model.threshold):  # NaN would pass every query as in-domain
+        raise ValueError(f"decision threshold must be finite, got {model.threshold}")
+    for key in ("m", "dims"):  # what `models show` reports must be what runs
+        if key in section and int(section[key]) != getattr(model, key):
+            raise ValueError(
+                f"manifest says {key}={section[key]}, the arrays give {getattr(model, key)}"
+            )

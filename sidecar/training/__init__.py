@@ -46,7 +46,7 @@ from sidecar.training._splits import (
     group_folds,
     near_duplicate_groups,
 )
-from sidecar.training._train_inputs import load_inputs, load_npy
+from sidecar.training._train_inputs import InputSources, load_inputs, load_npy
 from sidecar.training._train_report import build_report
 
 __all__ = [
@@ -57,6 +57,7 @@ __all__ = [
     "EmbeddingCache",
     "FitProgress",
     "Gate",
+    "InputSources",
     "KBDocument",
     "Recalibration",
     "Release",

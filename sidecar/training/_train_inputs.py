@@ -1,4 +1,4 @@
-"""Turn ``sidecar train`` options into :class:`TrainInputs` (texts embedded, arrays loaded).
+"""Turn the training job's input sources into :class:`TrainInputs` (texts embedded, arrays loaded).
 
 Each input is text (JSONL) or precomputed embeddings (``.npy``). With neither KB option the
 built-in demo KB and its demo queries are used. The encoder is only loaded when some input
@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -31,89 +32,99 @@ from sidecar.training._jsonl import (
 log = logging.getLogger(__name__)
 
 
-def _either(opts: Mapping[str, Any], text_key: str, emb_key: str) -> None:
-    if opts.get(text_key) and opts.get(emb_key):
+@dataclass(frozen=True)
+class InputSources:
+    """Where the training inputs come from: each is text (JSONL) or embeddings (``.npy``).
+
+    With neither ``kb_path`` nor ``kb_embeddings`` the built-in demo KB and its queries are
+    used. ``encoder`` names the encoder (default: ``scoring.encoder``), ``cache_dir`` the
+    embedding cache, ``kb_name`` the KB (default: ``scoring.default_kb``); ``publish`` says
+    the model is meant for the workers, so embeddings of another width are refused.
+    """
+
+    kb_path: str | Path | None = None
+    kb_embeddings: str | Path | None = None
+    id_queries: str | Path | None = None
+    id_embeddings: str | Path | None = None
+    ood_queries: str | Path | None = None
+    ood_embeddings: str | Path | None = None
+    encoder: str | None = None
+    cache_dir: str | Path | None = None
+    kb_name: str | None = None
+    publish: bool = False
+
+    @classmethod
+    def from_options(cls, opts: Mapping[str, Any]) -> InputSources:
+        """The sources among ``sidecar train``'s options (other options are ignored)."""
+        return cls(**{f.name: opts[f.name] for f in fields(cls) if opts.get(f.name)})
+
+
+def _either(sources: InputSources, text_key: str, emb_key: str) -> None:
+    if getattr(sources, text_key) and getattr(sources, emb_key):
         text = "kb" if text_key == "kb_path" else text_key.replace("_", "-")  # its option
         raise ConfigError(f"give --{text} or --{emb_key.replace('_', '-')}, not both")
 
 
-def load_inputs(
-    opts: Mapping[str, Any], settings: Settings, *, progress: bool = True
-) -> tuple[TrainInputs, float]:
-    """Read, embed and return the training inputs and the seconds spent embedding."""
+def _text_paths(sources: InputSources) -> tuple[Any, Any, Any]:
+    """The KB, ID and OOD text files to read (the demo's where no KB is given)."""
     for text_key, emb_key in (
         ("kb_path", "kb_embeddings"),
         ("id_queries", "id_embeddings"),
         ("ood_queries", "ood_embeddings"),
     ):
-        _either(opts, text_key, emb_key)
-    demo = not opts.get("kb_path") and not opts.get("kb_embeddings")
-    queries = ("id_queries", "id_embeddings", "ood_queries", "ood_embeddings")
-    if demo and any(opts.get(k) for k in queries):
+        _either(sources, text_key, emb_key)
+    demo = not sources.kb_path and not sources.kb_embeddings
+    queries = (sources.id_queries, sources.id_embeddings, sources.ood_queries)
+    if demo and any((*queries, sources.ood_embeddings)):
         # the built-in demo is all or nothing: the user's queries against the demo KB (or
         # the demo's ID queries beside the user's OOD ones) would train a meaningless model
         raise ConfigError(
             "training queries were given without a KB: add --kb (or --kb-embeddings); the "
             "built-in demo KB is used only when no inputs are given"
         )
-    kb_path = opts.get("kb_path") or (demo_path(DEMO_KB) if demo else None)
-    id_path = opts.get("id_queries")
-    ood_path = opts.get("ood_queries")
     if demo:
-        id_path, ood_path = demo_path(DEMO_ID_QUERIES), demo_path(DEMO_OOD_QUERIES)
+        return demo_path(DEMO_KB), demo_path(DEMO_ID_QUERIES), demo_path(DEMO_OOD_QUERIES)
+    return sources.kb_path, sources.id_queries, sources.ood_queries
+
+
+def _npy(path: str | Path | None, what: str) -> np.ndarray | None:
+    return load_npy(path, what) if path else None
+
+
+def load_inputs(
+    sources: InputSources, settings: Settings, *, progress: bool = True
+) -> tuple[TrainInputs, float]:
+    """Read, embed and return the training inputs and the seconds spent embedding."""
+    kb_path, id_path, ood_path = _text_paths(sources)
     docs = read_kb(kb_path) if kb_path else None  # first: a wrong --kb is named as such
-    if not id_path and not opts.get("id_embeddings"):
+    if not id_path and not sources.id_embeddings:
         raise ConfigError("ID training queries are required: --id-queries or --id-embeddings")
     id_texts, id_groups = read_query_groups(id_path) if id_path else (None, None)
     ood_texts, ood_groups = read_query_groups(ood_path) if ood_path else (None, None)
-    kb_arr = load_npy(opts["kb_embeddings"], "KB embeddings") if opts.get("kb_embeddings") else None
-    id_arr = load_npy(opts["id_embeddings"], "ID embeddings") if opts.get("id_embeddings") else None
-    ood_arr = (
-        load_npy(opts["ood_embeddings"], "OOD embeddings") if opts.get("ood_embeddings") else None
-    )
-
+    arrays = {
+        "KB": _npy(sources.kb_embeddings, "KB embeddings"),
+        "ID": _npy(sources.id_embeddings, "ID embeddings"),
+        "OOD": _npy(sources.ood_embeddings, "OOD embeddings"),
+    }
     t0 = time.perf_counter()
-    name = str(opts.get("encoder") or settings.scoring.encoder)
-    width: int | None = None  # the encoder's embedding width, where it is known
+    name = str(sources.encoder or settings.scoring.encoder)
+    texts = {"KB": [d.text for d in docs] if docs else None, "ID": id_texts, "OOD": ood_texts}
     probes = None
-    if docs is not None or id_texts is not None or ood_texts is not None:
-        from sidecar.encoders import available_cpus, load_encoder
-        from sidecar.training._cache import EmbeddingCache
-
-        # The worker's backend (ONNX Runtime under `auto`), on every CPU the job has.
-        enc = load_encoder(settings.scoring, name=name, threads=available_cpus())
-        cache = EmbeddingCache(enc, opts.get("cache_dir"), progress=progress)
-        if docs is not None:
-            kb_arr = cache.embed([d.text for d in docs], desc="encoding KB")
-        if id_texts is not None:
-            id_arr = cache.embed(id_texts, desc="encoding ID queries")
-        if ood_texts is not None:
-            ood_arr = cache.embed(ood_texts, desc="encoding OOD queries")
-        # The cache checked its vectors against them: they are what embedded the texts.
-        probes = cache.probes()
-        encoder: dict[str, Any] = {"name": enc.name, "dim": enc.dim}
-        width = enc.dim
+    if any(t is not None for t in texts.values()):
+        encoder, probes = _embed(texts, arrays, settings, name, sources.cache_dir, progress)
     else:
         from sidecar.encoders import encoder_dim, resolve_encoder_path
 
+        kb_arr = arrays["KB"]
         assert kb_arr is not None
         encoder = {"name": resolve_encoder_path(name)[0], "dim": int(kb_arr.shape[1])}
-        _check_width(encoder, encoder_dim(name), publish=bool(opts.get("publish")))
+        _check_width(encoder, encoder_dim(name), publish=sources.publish)
     embed_s = time.perf_counter() - t0
+    _check_dims(arrays, encoder, sources, embedded=probes is not None)
+    kb_arr, id_arr, ood_arr = arrays["KB"], arrays["ID"], arrays["OOD"]
     assert kb_arr is not None and id_arr is not None
-    dim = int(encoder["dim"])
-    for what, arr in (("KB", kb_arr), ("ID", id_arr), ("OOD", ood_arr)):
-        if arr is None or arr.shape[1] == dim:
-            continue
-        # Only a .npy can be off: texts were embedded at the encoder's width.
-        against = f"encoder {encoder['name']} gives" if width else "the KB embeddings have"
-        raise DataError(
-            f"{what} embeddings ({opts.get(f'{what.lower()}_embeddings')}) have "
-            f"{arr.shape[1]} dims, but {against} {dim}"
-        )
-    kb_name = opts.get("kb_name") or settings.scoring.default_kb
     inputs = TrainInputs(
-        kb_name=str(kb_name),
+        kb_name=str(sources.kb_name or settings.scoring.default_kb),
         encoder=encoder,
         kb=np.asarray(kb_arr, dtype=np.float32),
         id_queries=np.asarray(id_arr, dtype=np.float32),
@@ -131,6 +142,49 @@ def load_inputs(
         0 if inputs.ood_queries is None else len(inputs.ood_queries),
     )
     return inputs, embed_s
+
+
+def _embed(
+    texts: Mapping[str, list[str] | None],
+    arrays: dict[str, np.ndarray | None],
+    settings: Settings,
+    name: str,
+    cache_dir: str | Path | None,
+    progress: bool,
+) -> tuple[dict[str, Any], np.ndarray]:
+    """Embed the text inputs into ``arrays``; the encoder's record and its probe embeddings."""
+    from sidecar.encoders import available_cpus, load_encoder
+    from sidecar.training._cache import EmbeddingCache
+
+    # The worker's backend (ONNX Runtime under `auto`), on every CPU the job has.
+    enc = load_encoder(settings.scoring, name=name, threads=available_cpus())
+    cache = EmbeddingCache(enc, cache_dir, progress=progress)
+    descs = {"KB": "encoding KB", "ID": "encoding ID queries", "OOD": "encoding OOD queries"}
+    for what, desc in descs.items():
+        given = texts[what]
+        if given is not None:
+            arrays[what] = cache.embed(given, desc=desc)
+    # The cache checked its vectors against them: they are what embedded the texts.
+    return {"name": enc.name, "dim": enc.dim}, cache.probes()
+
+
+def _check_dims(
+    arrays: Mapping[str, np.ndarray | None],
+    encoder: Mapping[str, Any],
+    sources: InputSources,
+    *,
+    embedded: bool,
+) -> None:
+    """Every array has the encoder's width; only a ``.npy`` can be off."""
+    dim = int(encoder["dim"])
+    for what, arr in arrays.items():
+        if arr is None or arr.shape[1] == dim:
+            continue
+        against = f"encoder {encoder['name']} gives" if embedded else "the KB embeddings have"
+        given = getattr(sources, f"{what.lower()}_embeddings")
+        raise DataError(
+            f"{what} embeddings ({given}) have {arr.shape[1]} dims, but {against} {dim}"
+        )
 
 
 def _check_width(encoder: Mapping[str, Any], width: int | None, *, publish: bool) -> None:

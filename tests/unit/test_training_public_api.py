@@ -10,6 +10,7 @@ def test_all_is_pinned() -> None:
             "EmbeddingCache",
             "FitProgress",
             "Gate",
+            "InputSources",
             "KBDocument",
             "METRIC_KEYS",
             "NEAR_DUPLICATE_COS",

@@ -40,6 +40,7 @@ from model_store._artifact import (
     verify_manifest,
 )
 from model_store._errors import ArtifactCorrupt, ArtifactNotFound, InvalidName, StoreUnavailable
+from model_store._event_log import EVENTS_FILE, append_event, event_log_mark, read_events
 from model_store._files import (
     META_FILE,
     TMP_PREFIX,
@@ -139,15 +140,7 @@ class DirectoryStore:
         state["seq"] = int(state.get("seq", 0)) + 1
         event = StoreEvent(str(state["seq"]), kb, version, previous, action, time.time())
         write_atomic(d / "state.json", json.dumps(state).encode())
-        with open(d / "events.jsonl", "ab+") as f:
-            # A line torn by a crash gets its own: this event must not be glued to it.
-            end, torn = f.seek(0, os.SEEK_END), False
-            if end:
-                f.seek(end - 1)
-                torn = f.read(1) != b"\n"
-            f.write((b"\n" if torn else b"") + json.dumps(event.to_json()).encode() + b"\n")
-            f.flush()
-            os.fsync(f.fileno())
+        append_event(d / EVENTS_FILE, event)
         return event
 
     # -- versions -------------------------------------------------------------------------
@@ -318,40 +311,10 @@ class DirectoryStore:
     def events_mark(self, kb: str) -> tuple[int, int] | None:
         """Size and modification time of ``kb``'s event log (None when it has none): the
         log only grows, so an unchanged mark means no new event."""
-        try:
-            st = (self._kb_dir(kb) / "events.jsonl").stat()
-        except FileNotFoundError:
-            return None
-        return st.st_size, st.st_mtime_ns
+        return event_log_mark(self._kb_dir(kb) / EVENTS_FILE)
 
     def events(self, kb: str, after: str | None = None) -> list[StoreEvent]:
-        path = self._kb_dir(kb) / "events.jsonl"
-        try:
-            lines = path.read_bytes().split(b"\n")
-        except FileNotFoundError:
-            return []
-        start = int(after) if after else 0
-        out: list[StoreEvent] = []
-        for line in lines:
-            if not line.strip():
-                continue
-            try:
-                e = json.loads(line)
-                event = StoreEvent(
-                    str(int(e["id"])),
-                    kb,
-                    str(e["version"]),
-                    e.get("previous"),
-                    str(e["action"]),
-                    float(e["ts"]),
-                )
-            except (ValueError, TypeError, KeyError, IndexError):
-                # A line still being appended, or one that is not an event (written by
-                # hand, torn by a crash): skipped, as a reader must get past it.
-                continue
-            if int(event.id) > start:
-                out.append(event)
-        return out
+        return read_events(self._kb_dir(kb) / EVENTS_FILE, kb, after)
 
     # -- retention ------------------------------------------------------------------------
 

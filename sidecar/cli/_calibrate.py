@@ -16,9 +16,9 @@ from typing import Any
 import click
 
 from sidecar.cli._model_inputs import (
-    QueryEmbeddings,
     check_artifact_kb,
     model_options,
+    query_embeddings,
     read_model,
 )
 from sidecar.cli._options import (
@@ -110,7 +110,7 @@ def calibrate_command(**opts: Any) -> None:
     model = servable_model(
         art, refused="nothing was recalibrated", workers=settings if promotes else None
     )
-    embed = QueryEmbeddings.from_options(model, settings, opts)
+    embed = query_embeddings(model, settings, opts)
     E = embed(opts["id_queries"], opts["id_embeddings"], "ID")
     done = recalibrate_release(model, E, opts["target_frr"])
     new, old, artifact = done.model, done.source, done.artifact

@@ -107,7 +107,7 @@ def check_command(**opts: Any) -> None:
     (--max-frr, --max-ood-accept, --min-auroc) holds, 1 when one fails, 2 on bad input.
     The queries must be new to the model: figures on training queries are optimistic.
     """
-    from sidecar.cli._model_inputs import QueryEmbeddings
+    from sidecar.cli._model_inputs import query_embeddings
     from sidecar.settings import load_settings
     from sidecar.training import check_release
 
@@ -119,7 +119,7 @@ def check_command(**opts: Any) -> None:
         check_output_dir(opts["report_dir"], "--report")
     settings = load_settings()
     model, version, other = _read_models(opts, ref, ref_given, settings)
-    embed = QueryEmbeddings.from_options(model, settings, opts)
+    embed = query_embeddings(model, settings, opts)
     E_id = embed(opts["id_queries"], opts["id_embeddings"], "ID")
     E_ood = embed(opts["ood_queries"], opts["ood_embeddings"], "OOD")
     report = check_release(

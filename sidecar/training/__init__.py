@@ -28,6 +28,7 @@ from sidecar.training._metrics import (
     fpr_at_tpr,
     paper_accuracy,
 )
+from sidecar.training._query_embeddings import QueryEmbeddings
 from sidecar.training._recalibrate import Recalibration, recalibrate_release
 from sidecar.training._release import Release, ReleaseConfig, release_model
 from sidecar.training._release_check import check_release
@@ -38,6 +39,7 @@ from sidecar.training._search import (
     run_search,
     search,
 )
+from sidecar.training._servable import servable_model
 from sidecar.training._splits import (
     NEAR_DUPLICATE_COS,
     OOD_CAL_FRACTION,
@@ -59,6 +61,7 @@ __all__ = [
     "Gate",
     "InputSources",
     "KBDocument",
+    "QueryEmbeddings",
     "Recalibration",
     "Release",
     "ReleaseConfig",
@@ -92,6 +95,7 @@ __all__ = [
     "resolve_calibration",
     "run_search",
     "search",
+    "servable_model",
     "train",
     "write_check_report",
 ]

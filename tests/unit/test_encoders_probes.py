@@ -190,9 +190,8 @@ def test_check_and_calibrate_blame_the_encoder_before_the_cache(
     """A model and its cache folder both from weights A, the encoder now B under the same
     name: the error is the model's ("other weights?"), not advice to delete a good cache."""
     import sidecar.encoders
-    from sidecar.cli._model_inputs import QueryEmbeddings
     from sidecar.settings import Settings
-    from sidecar.training import EmbeddingCache
+    from sidecar.training import EmbeddingCache, QueryEmbeddings
 
     EmbeddingCache(_HashEncoder(), tmp_path, progress=False).embed(["filled by A"])
     model = _model(embed_probes(_HashEncoder().encode))

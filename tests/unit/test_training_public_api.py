@@ -15,6 +15,7 @@ def test_all_is_pinned() -> None:
             "METRIC_KEYS",
             "NEAR_DUPLICATE_COS",
             "OOD_CAL_FRACTION",
+            "QueryEmbeddings",
             "Recalibration",
             "Release",
             "ReleaseConfig",
@@ -48,6 +49,7 @@ def test_all_is_pinned() -> None:
             "resolve_calibration",
             "run_search",
             "search",
+            "servable_model",
             "train",
             "write_check_report",
         ]

@@ -33,7 +33,7 @@ class QueryEmbeddings:
         """The rows of ``embeddings`` or the encoded texts of ``queries`` (one of them
         given; None when neither is); ``what`` names the set in messages ("ID")."""
         from sidecar.errors import DataError
-        from sidecar.training import load_npy
+        from sidecar.training._train_inputs import load_npy
 
         if embeddings is not None:
             dim = int(self.model.encoder["dim"])
@@ -45,7 +45,7 @@ class QueryEmbeddings:
             return E
         if queries is None:
             return None
-        from sidecar.training import read_queries
+        from sidecar.training._jsonl import read_queries
 
         texts = read_queries(queries)
         return self._embedder().embed(texts, desc=f"encoding {what} queries")
@@ -53,7 +53,7 @@ class QueryEmbeddings:
     def _embedder(self) -> Any:
         if self._cache is None:
             from sidecar.encoders import available_cpus, load_encoder
-            from sidecar.training import EmbeddingCache
+            from sidecar.training._cache import EmbeddingCache
 
             enc = load_encoder(self.settings.scoring, name=self.encoder, threads=available_cpus())
             cache = EmbeddingCache(enc, self.cache_dir, progress=self.progress)

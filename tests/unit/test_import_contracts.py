@@ -56,3 +56,17 @@ def test_each_contract_breaks_on_the_import_it_forbids(
         f.write(f"\n{line}  # noqa\n")
     result = _lint(tmp_path, contract)
     assert result.returncode == 1 and "BROKEN" in result.stdout, result.stdout + result.stderr
+
+
+def test_no_private_module_imports_its_own_package() -> None:
+    """``sidecar.X._y`` importing ``sidecar.X`` is a cycle through the package's
+    ``__init__`` that the sibling contract cannot see; siblings import each other directly."""
+    import ast
+
+    offenders = []
+    for path in sorted((REPO / "sidecar").glob("*/_*.py")):
+        own = f"sidecar.{path.parent.name}"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == own:
+                offenders.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert offenders == []

@@ -9,9 +9,14 @@ cannot be rebuilt into the store's :class:`~model_store.IncompatibleArtifact`.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from model_store import Artifact, IncompatibleArtifact, build_artifact
 from sidecar.errors import InvalidModelState
-from sidecar.scoring import OODModel, model_from_state, model_state
+
+if TYPE_CHECKING:  # scoring (numpy, scikit-learn) loads with the first model, not with the
+    # store: `sidecar models list` and the store's users do not pay for it
+    from sidecar.scoring import OODModel
 
 
 def model_to_artifact(model: OODModel) -> Artifact:
@@ -22,6 +27,8 @@ def model_to_artifact(model: OODModel) -> Artifact:
     sidecar.errors.DataError
         The model has no finite threshold (calibrate it first).
     """
+    from sidecar.scoring import model_state
+
     section, arrays = model_state(model)
     return build_artifact(
         kb=model.kb, encoder=model.encoder, model=section, arrays=arrays, metrics=model.metrics
@@ -36,6 +43,8 @@ def model_from_artifact(artifact: Artifact) -> OODModel:
     model_store.IncompatibleArtifact
         Unknown detector kind, or a model section or arrays that do not fit together.
     """
+    from sidecar.scoring import model_from_state
+
     manifest = artifact.manifest
     try:
         return model_from_state(

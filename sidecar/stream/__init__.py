@@ -8,9 +8,10 @@ in :mod:`sidecar.stream._records`. The explanation agent
 same app.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from sidecar.stream._app import create_app
 from sidecar.stream._batch import STAGES, BatchOutcome, BatchScorer, EncoderThread
-from sidecar.stream._explain_agent import register_explain_agent
 from sidecar.stream._metrics import StreamMetrics
 from sidecar.stream._publish import Publisher, TopicNames
 from sidecar.stream._records import (
@@ -54,3 +55,17 @@ __all__ = [
     "score_once",
     "sidecar_topics",
 ]
+
+if TYPE_CHECKING:
+    from sidecar.stream._explain_agent import register_explain_agent
+
+
+def __getattr__(name: str) -> Any:
+    # The explanation agent, and the LLM client it brings, load only for a worker that
+    # serves explanations (or for whoever asks for it by name): the scoring worker starts
+    # without them.
+    if name == "register_explain_agent":
+        from sidecar.stream._explain_agent import register_explain_agent
+
+        return register_explain_agent
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

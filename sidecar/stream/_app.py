@@ -41,6 +41,7 @@ from sidecar.stream._batcher import MicroBatcher
 from sidecar.stream._halt import stop_without_waiting
 from sidecar.stream._publish import Headers, Publisher, TopicNames
 from sidecar.stream._runtime import Runtime, freeze_startup_heap
+from sidecar.stream._topics import RAW_BYTES
 
 if TYPE_CHECKING:
     import faust
@@ -163,15 +164,10 @@ def _faust_app(settings: Settings) -> faust.App:
 def _wire_topics(app: faust.App, rt: Runtime, settings: Settings) -> Any:
     """Declare the raw-bytes topics, give the runtime its publisher; the queries topic."""
     k = settings.kafka
-    raw: dict[str, Any] = {
-        "key_type": bytes,
-        "value_type": bytes,
-        "key_serializer": "raw",
-        "value_serializer": "raw",
-    }
-    queries = app.topic(k.queries_topic, partitions=k.partitions, **raw)
+    raw: dict[str, Any] = {**RAW_BYTES, "partitions": k.partitions}
+    queries = app.topic(k.queries_topic, **raw)
     out_topics = {
-        name: app.topic(name, partitions=k.partitions, **raw)
+        name: app.topic(name, **raw)
         for name in {k.verdicts_topic, k.dlq_topic, k.id_topic, k.ood_topic}
     }
 

@@ -41,7 +41,9 @@ from sidecar.explain import (
     sources_from_records,
 )
 from sidecar.settings import Settings
+from sidecar.stream._halt import stop_without_waiting
 from sidecar.stream._records import MAX_ID_CHARS, DeadLetter, Raw, dumps, utf8_encodable
+from sidecar.stream._topics import RAW_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -217,20 +219,12 @@ def register_explain_agent(
         Default: a :class:`ChatCompletionsClient` on ``settings.explain``, built lazily.
     """
     k = settings.kafka
-    raw: dict[str, Any] = {
-        "key_type": bytes,
-        "value_type": bytes,
-        "key_serializer": "raw",
-        "value_serializer": "raw",
-        "partitions": k.partitions,
-    }
+    raw: dict[str, Any] = {**RAW_BYTES, "partitions": k.partitions}
     requests = app.topic(k.audit_topic, **raw)
     out = {name: app.topic(name, **raw) for name in {k.explanations_topic, k.dlq_topic}}
     handler = ExplainHandler(settings, black_box)
 
     async def explain_requests(stream: Any) -> None:
-        from sidecar.stream._halt import stop_without_waiting
-
         async for event in stream.events():
             msg = event.message
             msg.incref()  # held until its answer is delivered (as on the scoring path)

@@ -10,11 +10,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from sidecar.scoring import OODModel
 from sidecar.settings import Settings
 from sidecar.stream._batch import BatchOutcome, BatchScorer
 from sidecar.stream._records import InputPolicy, Raw
+
+if TYPE_CHECKING:  # the worker imports this package; scoring loads with the first model
+    from sidecar.scoring import OODModel
 
 
 def score_once(

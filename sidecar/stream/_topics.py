@@ -19,6 +19,16 @@ from sidecar.settings import Settings
 log = logging.getLogger(__name__)
 
 
+# faust topic options for the sidecar's topics: keys and values pass as bytes, untouched
+# (records are parsed, and dead-lettered when they do not parse, by the sidecar itself).
+RAW_BYTES: dict[str, object] = {
+    "key_type": bytes,
+    "value_type": bytes,
+    "key_serializer": "raw",
+    "value_serializer": "raw",
+}
+
+
 def bootstrap_servers(brokers: str) -> list[str]:
     """``kafka://h1:9092;kafka://h2:9092`` -> ``["h1:9092", "h2:9092"]`` (aiokafka form)."""
     out = []

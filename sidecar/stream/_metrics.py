@@ -63,6 +63,13 @@ class StreamMetrics:
             ["kb", "version", "detector"],
             registry=r,
         )
+        self.store_active = Gauge(
+            "sidecar_store_active_info",
+            "Version the store's active pointer names per KB, as this replica last read it "
+            "(value 1); a replica whose sidecar_model_info differs has not swapped to it",
+            ["kb", "version"],
+            registry=r,
+        )
         self.load_failures = Gauge(
             "sidecar_model_load_failures",
             "Failed model loads per KB since start (from the model holder)",
@@ -106,10 +113,16 @@ class StreamMetrics:
         for kb, (version, detector) in models.items():
             self.model_info.labels(kb, version, detector).set(1)
         self.load_failures.clear()
+        self.store_active.clear()
         for kb, st in holder_status.items():
-            failures = st.get("load_failures") if isinstance(st, Mapping) else None
+            if not isinstance(st, Mapping):
+                continue
+            failures = st.get("load_failures")
             if isinstance(failures, int | float):
                 self.load_failures.labels(kb).set(failures)
+            active = st.get("store_active")
+            if isinstance(active, str):
+                self.store_active.labels(kb, active).set(1)
         self.lag.clear()
         for (topic, partition), value in lag.items():
             self.lag.labels(topic, str(partition)).set(value)

@@ -25,7 +25,7 @@ EXTERNAL = {"kube_pod_status_ready", "up"}
 RECORDED = {"ood_sidecar:ood_share:rate1h", "ood_sidecar:ood_share:rate1d_offset1h"}
 PROMQL_WORDS = {
     "sum", "by", "rate", "histogram_quantile", "max", "count", "delta", "and", "or",
-    "offset", "le", "without", "on",
+    "offset", "le", "without", "on", "unless",
 }  # fmt: skip
 
 

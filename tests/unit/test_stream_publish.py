@@ -112,6 +112,25 @@ def test_metrics_count_a_batch() -> None:
     assert "sidecar_latency_seconds_count 2.0" in text
 
 
+def test_metrics_show_the_store_active_version_each_replica_read() -> None:
+    m = StreamMetrics()
+
+    def active() -> dict[str, str]:
+        return {
+            s.labels["kb"]: s.labels["version"]
+            for family in m.registry.collect()
+            if family.name == "sidecar_store_active_info"
+            for s in family.samples
+            if s.value == 1
+        }
+
+    status = {"a": {"store_active": "v2", "load_failures": 1}, "b": {"store_active": None}}
+    m.refresh({"a": ("v1", "d")}, status, {})
+    assert active() == {"a": "v2"}  # b: no pointer read yet; a: serves v1, behind
+    m.refresh({"a": ("v2", "d")}, {"a": {"store_active": "v3"}}, {})
+    assert active() == {"a": "v3"}  # the old label set is gone
+
+
 POLICY = InputPolicy(kbs={"default"}, default_kb="default", max_text_chars=4000)
 
 

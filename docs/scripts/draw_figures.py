@@ -38,8 +38,8 @@ from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 from matplotlib.ticker import NullFormatter
 
 REPO = Path(__file__).resolve().parents[2]
-# benchmarks/results/ is where the recorded JSON lives; tests/benchmarks/ is its older home.
-RESULT_DIRS = (REPO / "benchmarks" / "results", REPO / "tests" / "benchmarks")
+# Where the recorded benchmark JSON lives.
+RESULTS = REPO / "benchmarks" / "results"
 OUT_DIR = REPO / "docs" / "assets" / "figures"
 
 DEFAULT_COLOR = "#00897b"  # the default detector (teal, as the site)
@@ -50,10 +50,9 @@ SAVE_KW: dict[str, Any] = {"dpi": 110, "metadata": {"Software": None}, "bbox_inc
 
 
 def results_dir() -> Path:
-    for candidate in RESULT_DIRS:
-        if (candidate / "swap.json").is_file():
-            return candidate
-    raise FileNotFoundError(f"no recorded benchmark JSON in {[str(d) for d in RESULT_DIRS]}")
+    if (RESULTS / "swap.json").is_file():
+        return RESULTS
+    raise FileNotFoundError(f"no recorded benchmark JSON in {RESULTS}")
 
 
 def _load(results: Path, name: str) -> dict[str, Any]:

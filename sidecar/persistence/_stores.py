@@ -28,14 +28,18 @@ def _password(settings: Settings) -> str | None:
     return pw.get_secret_value() if pw is not None else None
 
 
+def _directory_store(settings: Settings) -> DirectoryStore:
+    return DirectoryStore(
+        settings.store.directory,
+        hmac_key=signing_key(settings),
+        retention=settings.store.retention,
+    )
+
+
 def open_store(settings: Settings) -> ModelStore:
     """The synchronous store named by ``settings.store.backend`` (CLI, training)."""
     if settings.store.backend == "directory":
-        return DirectoryStore(
-            settings.store.directory,
-            hmac_key=signing_key(settings),
-            retention=settings.store.retention,
-        )
+        return _directory_store(settings)
     return RedisStore(
         settings.redis.url,
         password=_password(settings),
@@ -50,13 +54,7 @@ def open_store(settings: Settings) -> ModelStore:
 def open_async_store(settings: Settings) -> AsyncModelStore:
     """The asyncio read side of the configured store (the stream processor's watcher)."""
     if settings.store.backend == "directory":
-        return AsyncDirectoryStore(
-            DirectoryStore(
-                settings.store.directory,
-                hmac_key=signing_key(settings),
-                retention=settings.store.retention,
-            )
-        )
+        return AsyncDirectoryStore(_directory_store(settings))
     return AsyncRedisStore(
         settings.redis.url,
         password=_password(settings),

@@ -82,6 +82,18 @@ class StreamMetrics:
             ["topic", "partition"],
             registry=r,
         )
+        self.ready = Gauge(
+            "sidecar_ready",
+            "1 when every /readyz check passes, else 0 (refreshed when /metrics is scraped)",
+            registry=r,
+        )
+        self.ready_check = Gauge(
+            "sidecar_ready_check",
+            "Each /readyz check: 1 passing, 0 failing (partitions, rebalancing, models, "
+            "store, stream, encoder)",
+            ["check"],
+            registry=r,
+        )
         self.produce_errors = Counter(
             "sidecar_produce_errors", "Batches whose records were not all delivered", registry=r
         )
@@ -126,6 +138,13 @@ class StreamMetrics:
         self.lag.clear()
         for (topic, partition), value in lag.items():
             self.lag.labels(topic, str(partition)).set(value)
+
+    def refresh_readiness(self, readiness: Mapping[str, Any]) -> None:
+        """Mirror a ``/readyz`` document: ``{"ready": bool, "checks": {name: {"ok": bool}}}``."""
+        self.ready.set(1 if readiness.get("ready") else 0)
+        self.ready_check.clear()
+        for name, check in readiness.get("checks", {}).items():
+            self.ready_check.labels(name).set(1 if check.get("ok") else 0)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -132,6 +132,7 @@ def register_views(app: faust.App, rt: Runtime) -> None:
             rt.holder.status(),
             lag(app, rt),
         )
+        rt.metrics.refresh_readiness(await readiness(app, rt))
         return self.bytes(rt.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
 
 

@@ -19,12 +19,12 @@ pytestmark = pytest.mark.deploy
 REPO = CHART_DIR.parents[2]
 DASHBOARD = {"grafanaDashboard": {"enabled": True}}
 RULES = {"prometheusRule": {"enabled": True, "labels": {"release": "prom"}}}
-# Series that are not the worker's own: kube-state-metrics, Prometheus' scrape health and
-# the chart's recording rules.
-EXTERNAL = {"kube_pod_status_ready", "up"}
+# Series that are not the worker's own: Prometheus' scrape health and the chart's recording
+# rules.
+EXTERNAL = {"up"}
 RECORDED = {"ood_sidecar:ood_share:rate1h", "ood_sidecar:ood_share:rate1d_offset1h"}
 PROMQL_WORDS = {
-    "sum", "by", "rate", "histogram_quantile", "max", "count", "delta", "and", "or",
+    "sum", "by", "rate", "histogram_quantile", "max", "min", "count", "delta", "and", "or",
     "offset", "le", "without", "on", "unless",
 }  # fmt: skip
 
@@ -184,10 +184,11 @@ def test_the_alert_rules_cover_the_issue_and_read_exported_metrics(
         # Prometheus' own templating survives Helm's.
         assert "{{`" not in json.dumps(alert["annotations"])
     assert "{{ $labels.kb }}" in alerts["OodSidecarNoModel"]["annotations"]["summary"]
-    # The not-ready alert watches the worker pods, not the retraining job's.
+    # The not-ready alert reads the workers' own readiness gauge (no kube-state-metrics
+    # needed) and Prometheus' scrape health, both scoped to this release.
     not_ready = alerts["OodSidecarWorkerNotReady"]["expr"]
-    assert f'pod=~"{FULLNAME}-[a-z0-9]+-[a-z0-9]+"' in not_ready
-    assert "kube_pod_status_ready" in not_ready
+    assert "sidecar_ready{" in not_ready and "up{" in not_ready
+    assert not_ready.count(f'job="{FULLNAME}"') == 2
 
 
 def test_the_alert_thresholds_selector_and_labels_are_values(render: Any) -> None:

@@ -277,6 +277,7 @@ async def test_n_queries_get_n_verdicts_routed_and_bad_input_is_dead_lettered(
     assert 'sidecar_dlq_total{reason="too_long"} 1.0' in metrics
     assert f"sidecar_records_total {len(values)}.0" in metrics
     assert "sidecar_model_info{" in metrics and "sidecar_consumer_lag{" in metrics
+    assert "\nsidecar_ready 1.0" in metrics and 'sidecar_ready_check{check="store"} 1.0' in metrics
     assert ready_status == 200 and ready["ready"] and ready["checks"]["partitions"]["assigned"]
     assert models_status == 200 and models["models"]["default"]["detector"] == "knn"
     assert health_status == 200

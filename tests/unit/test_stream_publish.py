@@ -131,6 +131,26 @@ def test_metrics_show_the_store_active_version_each_replica_read() -> None:
     assert active() == {"a": "v3"}  # the old label set is gone
 
 
+def test_metrics_mirror_readiness_and_each_check() -> None:
+    m = StreamMetrics()
+
+    def samples(name: str) -> dict[str, float]:
+        return {
+            s.labels.get("check", ""): s.value
+            for family in m.registry.collect()
+            if family.name == name
+            for s in family.samples
+        }
+
+    checks = {"partitions": {"ok": True}, "store": {"ok": False, "error": "down"}}
+    m.refresh_readiness({"ready": False, "checks": checks})
+    assert samples("sidecar_ready") == {"": 0.0}
+    assert samples("sidecar_ready_check") == {"partitions": 1.0, "store": 0.0}
+    m.refresh_readiness({"ready": True, "checks": {"partitions": {"ok": True}}})
+    assert samples("sidecar_ready") == {"": 1.0}
+    assert samples("sidecar_ready_check") == {"partitions": 1.0}  # "store" is gone
+
+
 POLICY = InputPolicy(kbs={"default"}, default_kb="default", max_text_chars=4000)
 
 

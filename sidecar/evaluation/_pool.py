@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from sidecar.scoring import OODModel
-from sidecar.training import auroc, balanced_accuracy, fpr_at_tpr, paper_accuracy
+from sidecar.training import auroc, balanced_accuracy, fpr_at_tpr, paper_accuracy, roc_points
 
 
 def _time_us(model: OODModel, E: np.ndarray, repeats: int = 3) -> float:
@@ -62,6 +62,8 @@ class Pool:
             "us_per_query": float(np.median(self.us)),
             "n_id": int(s_id.size),
             "n_ood": int(s_ood.size),
+            # the curve behind "auroc", pooled over folds, sampled for plots
+            "roc": roc_points(s_id, s_ood),
         }
         out.update(self.info[0] if len(self.info) == 1 else {"folds": self.info})
         return out

@@ -27,6 +27,7 @@ from sidecar.training._metrics import (
     balanced_accuracy,
     fpr_at_tpr,
     paper_accuracy,
+    roc_points,
 )
 from sidecar.training._query_embeddings import QueryEmbeddings
 from sidecar.training._recalibrate import Recalibration, recalibrate_release
@@ -93,6 +94,7 @@ __all__ = [
     "recalibrate_release",
     "release_model",
     "resolve_calibration",
+    "roc_points",
     "run_search",
     "search",
     "servable_model",

@@ -8,7 +8,7 @@ accepted with them.
 from __future__ import annotations
 
 import numpy as np
-from sklearn.metrics import roc_auc_score
+from sklearn.metrics import roc_auc_score, roc_curve
 
 # The figures of one detector on one KB (and of their means) in an evaluation report.
 METRIC_KEYS = (
@@ -45,6 +45,34 @@ def fpr_at_tpr(id_scores: np.ndarray, ood_scores: np.ndarray, tpr: float = 0.95)
     a, b = _scores(id_scores, ood_scores)
     thr = np.sort(a)[int(np.ceil(tpr * a.size)) - 1]
     return float(np.mean(b <= thr))
+
+
+# False-positive rates (in-domain queries refused) at which an evaluation report keeps the
+# ROC curve: dense at the low rates an operator sets a threshold at, sparse above.
+ROC_FPR_GRID = (
+    0.0, 0.001, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
+    0.6, 0.7, 0.8, 0.9, 1.0,
+)  # fmt: skip
+
+
+def roc_points(
+    id_scores: np.ndarray, ood_scores: np.ndarray, fpr_grid: tuple[float, ...] = ROC_FPR_GRID
+) -> dict[str, list[float]]:
+    """The ROC curve (OOD positive) sampled at ``fpr_grid``.
+
+    Returns ``{"fpr": [...], "tpr": [...]}``: for each false-positive rate (share of ID
+    scores above the threshold), the largest true-positive rate (share of OOD scores above
+    it) any threshold reaches without exceeding that rate. Curves sampled on one grid can be
+    averaged across KBs point by point.
+    """
+    a, b = _scores(id_scores, ood_scores)
+    y = np.r_[np.zeros(a.size), np.ones(b.size)]
+    fpr, tpr, _ = roc_curve(y, np.r_[a, b], drop_intermediate=False)
+    grid = np.asarray(fpr_grid, dtype=np.float64)
+    # roc_curve's fpr is non-decreasing: the last point at or below each grid rate has the
+    # highest tpr reachable there.
+    idx = np.searchsorted(fpr, grid + 1e-12, side="right") - 1
+    return {"fpr": [float(x) for x in grid], "tpr": [round(float(tpr[i]), 5) for i in idx]}
 
 
 def balanced_accuracy(id_scores: np.ndarray, ood_scores: np.ndarray, threshold: float) -> float:

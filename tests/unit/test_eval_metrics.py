@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import balanced_accuracy_score, roc_auc_score
 
-from sidecar.training import auroc, balanced_accuracy, fpr_at_tpr, paper_accuracy
+from sidecar.training import auroc, balanced_accuracy, fpr_at_tpr, paper_accuracy, roc_points
 from sidecar.training._metrics import auroc_standard_error
 
 
@@ -49,6 +49,22 @@ def test_fpr_at_95tpr_hand_value() -> None:
     for bad in (0.0, -0.1, 1.5):  # 0 used to index the largest ID score
         with pytest.raises(ValueError, match="tpr must be in"):
             fpr_at_tpr(s_id, s_ood, bad)
+
+
+def test_roc_points_hand_values_and_area() -> None:
+    s_id = np.arange(10, dtype=float)  # refusing the top k ID queries: fpr k/10
+    s_ood = np.array([5.5, 9.5, 20.0, 30.0])
+    roc = roc_points(s_id, s_ood, (0.0, 0.1, 0.2, 0.5, 1.0))
+    assert roc["fpr"] == [0.0, 0.1, 0.2, 0.5, 1.0]
+    # above 9: 3 of 4 OOD caught with no ID refused; the fourth (5.5) only once the ID
+    # queries 6..9 are refused too (fpr 0.4, within 0.5)
+    assert roc["tpr"] == [0.75, 0.75, 0.75, 1.0, 1.0]
+    rng = np.random.default_rng(2)
+    a, b = rng.normal(0, 1, 2000), rng.normal(1.5, 1, 2000)
+    fine = roc_points(a, b, tuple(np.linspace(0, 1, 401)))
+    # the step curve sampled finely has (nearly) the area AUROC measures
+    assert np.trapezoid(fine["tpr"], fine["fpr"]) == pytest.approx(auroc(a, b), abs=0.005)
+    assert all(np.diff(roc_points(a, b)["tpr"]) >= 0)
 
 
 def test_balanced_accuracy_matches_sklearn() -> None:

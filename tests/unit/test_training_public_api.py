@@ -47,6 +47,7 @@ def test_all_is_pinned() -> None:
             "recalibrate_release",
             "release_model",
             "resolve_calibration",
+            "roc_points",
             "run_search",
             "search",
             "servable_model",

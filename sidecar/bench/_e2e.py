@@ -20,8 +20,8 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +96,58 @@ def run_e2e_bench(config: E2EBenchConfig, *, echo: Callable[[str], None] = print
         run_dir.mkdir(parents=True, exist_ok=True)
         runs.append(_run_once(config, run_dir, echo))
     report = runs[0] if config.repeat == 1 else median_report(runs)
+    write_report(config.json_out, report)
+    return report
+
+
+# What each point of a batch-size sweep keeps of its run's report.
+SWEEP_FIELDS = (
+    "throughput_qps",
+    "encoder_only_qps",
+    "ratio_to_encoder",
+    "mean_batch_size_saturation",
+    "time_split_ms_per_query",
+    "half_rate",
+    "worker_peak_rss_mb",
+    "encoder_backend",
+    "encoder_threads",
+    "load_average_1_5_15_start",
+    "load_average_1_5_15_end",
+)
+
+
+def run_e2e_batch_sweep(
+    config: E2EBenchConfig,
+    batch_sizes: Sequence[int],
+    *,
+    echo: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """The benchmark once per ``scoring.batch_max`` in ``batch_sizes``, one worker each.
+
+    Every point is a whole run (saturation, half of that run's own throughput, the encoder
+    alone at that batch size), so throughput and half-load latency can be drawn against
+    the batch size. Writes ``{"batch_sizes", "points": [{"batch_max", ...}], ...}`` to
+    ``config.json_out`` and returns it.
+    """
+    if not batch_sizes or any(n < 1 for n in batch_sizes):
+        raise DataError(f"batch sizes must be positive integers, got {list(batch_sizes)}")
+    work = config.workdir or Path(tempfile.mkdtemp(prefix="sidecar-bench-e2e-sweep-"))
+    points = []
+    for i, n in enumerate(batch_sizes):
+        echo(f"batch_max {n} ({i + 1} of {len(batch_sizes)}) ...")
+        run_dir = work / f"batch-{n}"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        run = _run_once(replace(config, batch_max=n), run_dir, echo)
+        points.append({"batch_max": n, **{k: run[k] for k in SWEEP_FIELDS}})
+    report = {
+        "source": config.source,
+        "queries": config.queries,
+        "batch_timeout_ms": config.batch_timeout_ms,
+        "encoder_dtype": config.encoder_dtype,
+        "cpu_count": os.cpu_count(),
+        "batch_sizes": list(batch_sizes),
+        "points": points,
+    }
     write_report(config.json_out, report)
     return report
 

@@ -42,6 +42,15 @@ from sidecar.cli._root import bench
     help="scoring.batch_max of the worker (and the encoder-only batch size).",
 )
 @click.option(
+    "--sweep-batch-max",
+    "sweep",
+    default=None,
+    metavar="N,N,...",
+    help="Run the whole benchmark once per batch_max in this comma-separated list (e.g. "
+    "1,4,16,64,256) instead of once at --batch-max; the report holds one point per size, "
+    "for drawing throughput and latency against batch size.",
+)
+@click.option(
     "--batch-timeout-ms",
     type=click.IntRange(min=0),
     default=5,
@@ -98,6 +107,7 @@ def e2e(
     queries: int,
     half_rate_queries: int,
     batch_max: int,
+    sweep: str | None,
     batch_timeout_ms: int,
     encoder_threads: int,
     encoder_dtype: str,
@@ -116,9 +126,10 @@ def e2e(
     throughput_qps, latency_ms_p50/p99, encoder_only_qps, ratio_to_encoder,
     worker_peak_rss_mb, the per-query time split and the targets.
     """
-    from sidecar.bench import E2EBenchConfig, run_e2e_bench
+    from sidecar.bench import E2EBenchConfig, run_e2e_batch_sweep, run_e2e_bench
 
     check_output_file(json_out, "--json")
+    sizes = _batch_sizes(sweep) if sweep is not None else None
     config = E2EBenchConfig(
         json_out=json_out,
         queries=queries,
@@ -132,6 +143,16 @@ def e2e(
         repeat=repeat,
         workdir=workdir,
     )
+    if sizes is not None:
+        swept = run_e2e_batch_sweep(config, sizes, echo=click.echo)
+        for p in swept["points"]:
+            half = p["half_rate"]
+            click.echo(
+                f"batch_max {p['batch_max']:>4}: {p['throughput_qps']:8.1f} q/s, half-rate "
+                f"p50 {half['latency_ms_p50']:.1f} ms, p99 {half['latency_ms_p99']:.1f} ms"
+            )
+        click.echo(f"report: {json_out}")
+        return
     report = run_e2e_bench(config, echo=click.echo)
     click.echo(
         json.dumps(
@@ -152,6 +173,20 @@ def e2e(
     )
     click.echo(f"half rate: {json.dumps(report['half_rate'])}")
     click.echo(f"report: {json_out}")
+
+
+def _batch_sizes(text: str) -> list[int]:
+    """``--sweep-batch-max`` as a list of sizes, or one readable usage error."""
+    try:
+        sizes = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        sizes = []
+    if not sizes or any(not 1 <= n <= 4096 for n in sizes):
+        raise click.BadParameter(
+            f"expected comma-separated integers from 1 to 4096, got {text!r}",
+            param_hint="--sweep-batch-max",
+        )
+    return sizes
 
 
 @bench.command("e2e-encoder", hidden=True)

@@ -108,3 +108,28 @@ def test_clinc_bench_texts_fall_back_to_validation_and_fail_readably(tmp_path: A
         bench_texts("clinc", tmp_path)
     with pytest.raises(DataError, match="cannot read"):
         bench_texts("clinc", tmp_path / "missing")
+
+
+def test_a_sweep_refuses_bad_batch_sizes_before_starting_anything(tmp_path: Any) -> None:
+    from sidecar.bench import E2EBenchConfig, run_e2e_batch_sweep
+    from sidecar.errors import DataError
+
+    config = E2EBenchConfig(json_out=tmp_path / "sweep.json", workdir=tmp_path / "work")
+    for bad in ([], [8, 0]):
+        with pytest.raises(DataError, match="batch sizes"):
+            run_e2e_batch_sweep(config, bad)
+    assert not (tmp_path / "work").exists() and not (tmp_path / "sweep.json").exists()
+
+
+def test_the_sweep_option_gives_one_readable_line_for_a_bad_list(tmp_path: Any) -> None:
+    from click.testing import CliRunner
+
+    from sidecar.cli import main
+
+    out = tmp_path / "sweep.json"
+    for bad in ("1,a", "0,8", ","):
+        result = CliRunner().invoke(
+            main, ["bench", "e2e", "--json", str(out), "--sweep-batch-max", bad]
+        )
+        assert result.exit_code == 2 and "--sweep-batch-max" in result.output
+    assert not out.exists()

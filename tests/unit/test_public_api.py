@@ -70,6 +70,7 @@ PUBLIC = {
         "TrainScaleBenchConfig",
         "measure_encoder",
         "run_detectors_bench",
+        "run_e2e_batch_sweep",
         "run_e2e_bench",
         "run_recalibration_bench",
         "run_rules_bench",

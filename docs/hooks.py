@@ -3,6 +3,8 @@
 - ``<!-- generated: NAME -->`` markers in a page are replaced by a table generated from
   the code (docs/scripts/reference_tables.py): ``settings``, ``dlq-scoring``,
   ``dlq-explain``, ``messages-scoring``, ``messages-explain``, ``metrics``.
+- Sphinx-style roles in docstrings (``:func:`name```), which mkdocstrings prints as raw
+  text, become cross-references on the API pages (see :func:`on_page_content`).
 - The figures under ``assets/figures/`` are redrawn from the recorded benchmark JSON
   (docs/scripts/draw_figures.py) at every build, so the site never shows a stale one;
   the committed PNGs are what the README shows on a code host.
@@ -60,6 +62,34 @@ def _generate(name: str) -> str:
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     return MARKER.sub(lambda m: _generate(m.group(1)), markdown)
+
+
+# A role as mkdocstrings renders it: the role's name as text, then the target in <code>.
+ROLE = re.compile(
+    r":(?:py:)?(?:mod|func|class|meth|attr|data|exc|obj|const):"
+    r"<code>~?\.?(?P<name>[A-Za-z_][\w.]*)(?P<call>\(\))?</code>"
+)
+DIRECTIVE = re.compile(r"^:::\s+(?P<ident>[\w.]+)", re.MULTILINE)
+
+
+def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
+    """Turn docstring roles into autorefs links, or plain code where no target exists.
+
+    A name the page's own package documents (``run_e2e_bench`` on the ``sidecar.bench``
+    page) or a dotted path from the top (``sidecar.training.train``) links to its entry;
+    ``optional`` lets mkdocs-autorefs render anything else as plain code, without a warning.
+    """
+    directive = DIRECTIVE.search(page.markdown or "")
+    base = directive.group("ident") if directive else None
+
+    def link(m: re.Match[str]) -> str:
+        name = m.group("name")
+        qualified = name.startswith(("sidecar.", "model_store")) or base is None
+        ident = name if qualified else f"{base}.{name}"
+        title = f"<code>{name}{m.group('call') or ''}</code>"
+        return f'<autoref identifier="{ident}" optional>{title}</autoref>'
+
+    return ROLE.sub(link, html)
 
 
 def on_files(files: Any, config: Any) -> Any:

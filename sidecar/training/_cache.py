@@ -79,9 +79,9 @@ class EmbeddingCache:
     def probes(self, *, check_folder: bool = True) -> np.ndarray:
         """The probe sentences' embeddings by this cache's encoder (computed once, never
         cached as texts). With ``check_folder`` (as :meth:`embed` does first) also check
-        that the folder's vectors came from the same weights: :class:`~sidecar.errors.
-        DataError` if they did not. ``check_folder=False`` lets a caller compare a model's
-        probes first, so that the one that is off is named."""
+        that the folder's vectors came from the same weights:
+        :class:`~sidecar.errors.DataError` if they did not. ``check_folder=False`` lets a
+        caller compare a model's probes first, so that the one that is off is named."""
         if self._running is None:
             self._running = embed_probes(self.encoder.encode)
         if check_folder and not self._checked:

@@ -35,6 +35,7 @@ from model_store._redis_common import (
     script_event,
     split_chunks,
     text,
+    tls_options,
     translate_errors,
 )
 from model_store._scripts import PROMOTE_LUA, READ_SEAL_LUA, ROLLBACK_LUA, UNLIST_LUA
@@ -81,7 +82,7 @@ class RedisStore:
     Parameters
     ----------
     url : str
-        ``redis://host:port/db``.
+        ``redis://[user@]host:port/db``, or ``rediss://...`` for TLS.
     password : str, optional
         Overrides a password in the URL.
     prefix : str
@@ -92,6 +93,10 @@ class RedisStore:
         Versions kept per KB by :meth:`gc` (the active and previous ones always).
     chunk_bytes : int
         Size of each stored slice of the arrays file.
+    ssl_ca_file, ssl_cert_file, ssl_key_file : str, optional
+        With a ``rediss://`` URL: the CA bundle the server's certificate must chain to
+        (default: the system's), and a client certificate and key for mutual TLS. Loaded
+        once here: a file that does not load is :class:`StoreMisconfigured`.
     """
 
     def __init__(
@@ -104,6 +109,9 @@ class RedisStore:
         retention: int = 10,
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         socket_timeout_s: float = 5.0,
+        ssl_ca_file: str | None = None,
+        ssl_cert_file: str | None = None,
+        ssl_key_file: str | None = None,
     ) -> None:
         self.url = safe_url(url)
         self.keys = Keys(prefix)
@@ -119,6 +127,9 @@ class RedisStore:
         }
         if password:
             kwargs["password"] = password
+        kwargs.update(
+            tls_options(url, ca_file=ssl_ca_file, cert_file=ssl_cert_file, key_file=ssl_key_file)
+        )
         self.client: redis.Redis = client_from_url(redis.Redis.from_url, url, **kwargs)
         self._promote = self.client.register_script(PROMOTE_LUA)
         self._rollback = self.client.register_script(ROLLBACK_LUA)

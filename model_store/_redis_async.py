@@ -26,6 +26,7 @@ from model_store._redis_common import (
     queue_manifest_and_meta,
     safe_url,
     text,
+    tls_options,
     translate_errors,
 )
 from model_store._seal import POINTER_MAX_CHARS, ActivePointer, SeqGuard, verified_pointer
@@ -54,6 +55,9 @@ class AsyncRedisStore:
         prefix: str = "oodsc",
         hmac_key: bytes | None = None,
         socket_timeout_s: float = 5.0,
+        ssl_ca_file: str | None = None,
+        ssl_cert_file: str | None = None,
+        ssl_key_file: str | None = None,
     ) -> None:
         self.url = safe_url(url)
         self.keys = Keys(prefix)
@@ -67,6 +71,9 @@ class AsyncRedisStore:
         }
         if password:
             kwargs["password"] = password
+        kwargs.update(
+            tls_options(url, ca_file=ssl_ca_file, cert_file=ssl_cert_file, key_file=ssl_key_file)
+        )
         self.client: aioredis.Redis = client_from_url(aioredis.Redis.from_url, url, **kwargs)
 
     def __repr__(self) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import ssl
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -162,10 +163,91 @@ def translate_errors(url: str) -> Iterator[None]:
         if "HELLO must be called" in said or "NOAUTH" in said:
             said = "it needs a password (redis.password, or the secret file redis__password)"
         raise StoreAccessDenied(f"Redis at {url} refused the credentials: {said}") from exc
+    except redis.exceptions.NoPermissionError as exc:
+        # an ACL user without a command or key pattern it needs: the same next time
+        raise StoreAccessDenied(
+            f"Redis at {url} refused a command to this user: {exc} (see the ACL rules in "
+            "the deployment guide)"
+        ) from exc
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+        tls = _tls_failure(exc)
+        if tls is not None:
+            raise StoreAccessDenied(f"Redis at {url}: {tls}") from exc
         raise StoreUnavailable(f"Redis at {url} is unreachable: {exc}") from exc
     except redis.exceptions.RedisError as exc:
         raise ModelStoreError(f"Redis at {url} failed: {exc}") from exc
+
+
+def _tls_failure(exc: BaseException) -> str | None:
+    """What went wrong in a TLS handshake behind a redis-py connection error, or None.
+
+    A certificate that does not verify, or a server that refuses ours, fails the same way
+    on every try: said as such rather than as an outage that retrying may cure.
+    """
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            why = cause.verify_message or cause.reason or "it did not verify"
+            return (
+                f"the server's TLS certificate did not verify ({why}): redis.ssl_ca_file must "
+                "name the CA that signed it, and the URL's host must be a name in it"
+            )
+        if isinstance(cause, ssl.SSLError):
+            why = cause.reason or str(cause)
+            return (
+                f"the TLS handshake failed ({why}): a server that requires client "
+                "certificates needs redis.ssl_cert_file and redis.ssl_key_file; a rediss:// "
+                "URL needs a port where the server speaks TLS"
+            )
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+def _no_passphrase() -> str:
+    # OpenSSL would ask for an encrypted key's passphrase on the terminal
+    raise ValueError("the key is encrypted; give an unencrypted PEM key")
+
+
+def tls_options(
+    url: str,
+    *,
+    ca_file: str | None = None,
+    cert_file: str | None = None,
+    key_file: str | None = None,
+) -> dict[str, Any]:
+    """redis-py's TLS arguments for a ``rediss://`` URL, each file loaded once here.
+
+    redis-py reads the files at the first connection, deep inside a retry loop; loading
+    them here makes a missing or unreadable file, or an encrypted key (which OpenSSL would
+    ask a passphrase for on the terminal), one :class:`StoreMisconfigured` at start.
+    """
+    files = {"ssl_ca_certs": ca_file, "ssl_certfile": cert_file, "ssl_keyfile": key_file}
+    given = {name: path for name, path in files.items() if path}
+    if not given:
+        return {}
+    if not url.lower().startswith("rediss://"):
+        raise StoreMisconfigured(
+            f"Redis TLS files given for {safe_url(url)}: TLS needs a rediss:// URL"
+        )
+    if key_file and not cert_file:
+        raise StoreMisconfigured("a Redis TLS key file needs its certificate file")
+    what = f"the Redis TLS CA file {ca_file}"
+    try:
+        context = ssl.create_default_context(cafile=ca_file or None)
+        if cert_file:
+            what = f"the Redis TLS client certificate {cert_file}" + (
+                f" and key {key_file}" if key_file else " (holding its key)"
+            )
+            context.load_cert_chain(cert_file, key_file or None, password=_no_passphrase)
+    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+        if isinstance(exc, ssl.SSLError):
+            why = f"{exc.reason or exc} (not PEM, or a key that does not match the certificate)"
+        else:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise StoreMisconfigured(f"cannot load {what}: {type(exc).__name__}: {why}") from None
+    return given
 
 
 def safe_url(url: str) -> str:

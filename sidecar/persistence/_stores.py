@@ -28,6 +28,16 @@ def _password(settings: Settings) -> str | None:
     return pw.get_secret_value() if pw is not None else None
 
 
+def _tls(settings: Settings) -> dict[str, str | None]:
+    """The TLS files of a ``rediss://`` store (all None: the system's CAs, no client cert)."""
+    r = settings.redis
+    return {
+        "ssl_ca_file": r.ssl_ca_file,
+        "ssl_cert_file": r.ssl_cert_file,
+        "ssl_key_file": r.ssl_key_file,
+    }
+
+
 def _directory_store(settings: Settings) -> DirectoryStore:
     return DirectoryStore(
         settings.store.directory,
@@ -48,6 +58,7 @@ def open_store(settings: Settings) -> ModelStore:
         retention=settings.store.retention,
         chunk_bytes=settings.store.chunk_bytes,
         socket_timeout_s=settings.redis.socket_timeout_s,
+        **_tls(settings),
     )
 
 
@@ -61,4 +72,5 @@ def open_async_store(settings: Settings) -> AsyncModelStore:
         prefix=settings.redis.key_prefix,
         hmac_key=signing_key(settings),
         socket_timeout_s=settings.redis.socket_timeout_s,
+        **_tls(settings),
     )

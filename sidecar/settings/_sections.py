@@ -10,9 +10,11 @@ from pydantic import (
     Field,
     SecretStr,
     field_validator,
+    model_validator,
 )
 
 from sidecar.settings._fields import (
+    _ENV_ONLY,
     DEFAULT_ENCODER,
     _check_kb,
     _not_blank,
@@ -30,18 +32,54 @@ class RedisSettings(_Section):
     url: str = Field(
         "redis://127.0.0.1:6379/0",
         repr=False,
-        description="the Redis that holds the model store; put no password in it",
+        description="the Redis that holds the model store (rediss:// for TLS; an ACL user "
+        "as redis://USER@host:port/0); put no password in it",
     )
     password: SecretStr | None = Field(
         None, description="Redis password; give it as the secret file redis__password"
     )
     key_prefix: str = Field("oodsc", description="prefix of every key the model store writes")
     socket_timeout_s: float = Field(5.0, gt=0, description="socket timeout of every Redis command")
+    ssl_ca_file: str | None = Field(
+        None,
+        description="with a rediss:// url: PEM bundle of the CA(s) that signed the Redis "
+        "server's certificate (then only they are trusted); default: the system's CAs",
+    )
+    ssl_cert_file: str | None = Field(
+        None, description="with a rediss:// url: client certificate (PEM) for mutual TLS"
+    )
+    ssl_key_file: str | None = Field(
+        None, description="its private key (PEM, unencrypted; omit when the cert file holds it)"
+    )
 
     @field_validator("password")
     @classmethod
     def _password_not_blank(cls, v: SecretStr | None) -> SecretStr | None:
         return _not_blank(v, "redis.password", "unset it for no password")
+
+    @field_validator("ssl_ca_file", "ssl_cert_file", "ssl_key_file", mode="before")
+    @classmethod
+    def _empty_file_is_none(cls, v: Any) -> Any:
+        # an empty variable (a chart value left "") means no file, not the working directory
+        return None if isinstance(v, str) and not v.strip() else v
+
+    @model_validator(mode="after")
+    def _tls_files_need_rediss(self) -> RedisSettings:
+        # redis-py ignores them on a redis:// URL: the store would be spoken to in plain
+        # text by an operator who believes otherwise. The URL is not echoed (a password
+        # may be in it).
+        given = [f"redis.{n}" for n in ("ssl_ca_file", "ssl_cert_file", "ssl_key_file")
+                 if getattr(self, n)]  # fmt: skip
+        if _ENV_ONLY.get() or not given:
+            return self
+        if not self.url.strip().lower().startswith("rediss://"):
+            raise ValueError(
+                f"{' and '.join(given)} set, but redis.url is not a rediss:// URL: use "
+                "rediss://HOST:PORT/DB for TLS, or unset them"
+            )
+        if self.ssl_key_file and not self.ssl_cert_file:
+            raise ValueError("redis.ssl_key_file needs redis.ssl_cert_file (its certificate)")
+        return self
 
     @property
     def masked_url(self) -> str:

@@ -256,7 +256,7 @@ def _watcher_service(rt: Runtime, *, close_store: bool) -> Any:
 def _credentials(settings: Settings) -> Any:
     import faust
 
-    from sidecar.stream._topics import ssl_context
+    from sidecar.stream._topics import hide_sasl_payloads, ssl_context
 
     k = settings.kafka
     if k.security_protocol == "PLAINTEXT":
@@ -265,6 +265,7 @@ def _credentials(settings: Settings) -> Any:
     if k.security_protocol.startswith("SASL"):
         if k.sasl_username is None or k.sasl_password is None:
             raise ConfigError("SASL needs kafka.sasl_username and kafka.sasl_password")
+        hide_sasl_payloads()
         return faust.SASLCredentials(
             username=k.sasl_username,
             password=k.sasl_password.get_secret_value(),

@@ -86,6 +86,36 @@ def ssl_context(settings: Settings) -> ssl.SSLContext | None:
     return ctx
 
 
+class _HiddenSaslPayloads(logging.Filter):
+    """aiokafka logs every request it sends at DEBUG, the SASL login's included: for PLAIN
+    its payload is ``user\\0user\\0password``, for SCRAM a proof an attacker could try
+    passwords against. Such a request is logged with its payload's size instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and any(map(_is_sasl_request, record.args)):
+            record.args = tuple(_hidden(a) if _is_sasl_request(a) else a for a in record.args)
+        return True
+
+
+def _is_sasl_request(arg: object) -> bool:
+    return type(arg).__name__.startswith("SaslAuthenticateRequest") and hasattr(
+        arg, "sasl_auth_bytes"
+    )
+
+
+def _hidden(request: Any) -> str:
+    size = len(request.sasl_auth_bytes or b"")
+    return f"{type(request).__name__}(sasl_auth_bytes=<{size} bytes, not logged>)"
+
+
+def hide_sasl_payloads() -> None:
+    """Keep the SASL login's payload out of aiokafka's DEBUG log (idempotent); called
+    wherever a Kafka client is given SASL credentials."""
+    logger = logging.getLogger("aiokafka.conn")
+    if not any(isinstance(f, _HiddenSaslPayloads) for f in logger.filters):
+        logger.addFilter(_HiddenSaslPayloads())
+
+
 def client_kwargs(settings: Settings) -> dict[str, object]:
     """Connection options for aiokafka clients built from ``settings.kafka``."""
     k = settings.kafka
@@ -95,6 +125,7 @@ def client_kwargs(settings: Settings) -> dict[str, object]:
         if k.security_protocol.endswith("SSL"):
             kw["ssl_context"] = ssl_context(settings)
         if k.security_protocol.startswith("SASL"):
+            hide_sasl_payloads()
             kw["sasl_mechanism"] = k.sasl_mechanism
             kw["sasl_plain_username"] = k.sasl_username
             kw["sasl_plain_password"] = (
@@ -147,6 +178,32 @@ def _with_reasons(exc: BaseException, held: _HeldRecords) -> str:
     return text + (f" ({'; '.join(reasons)})" if reasons else "")
 
 
+def _sasl_refusal(exc: BaseException, held: _HeldRecords) -> str | None:
+    """The broker's refusal of the SASL login behind a failed start, or None.
+
+    aiokafka logs it (an ERROR per broker, held back here) and raises a bare "Unable to
+    bootstrap"; the refusal is in the logged record's arguments.
+    """
+    from aiokafka.errors import SaslAuthenticationFailed, UnsupportedSaslMechanismError
+
+    found = [exc] + [a for r in held.records if isinstance(r.args, tuple) for a in r.args]
+    for candidate in found:
+        if isinstance(candidate, SaslAuthenticationFailed | UnsupportedSaslMechanismError):
+            return str(candidate)
+    return None
+
+
+def _sasl_failed(settings: Settings, why: str) -> BrokerError:
+    k = settings.kafka
+    refused = BrokerError(
+        f"SASL {k.sasl_mechanism} authentication of user {k.sasl_username!r} with the broker "
+        f"at {k.brokers} failed: the broker refused the credentials (kafka.sasl_username, "
+        f"the secret kafka__sasl_password) or answered outside the protocol ({why})"
+    )
+    refused.retryable = False  # the same credentials fail the same way
+    return refused
+
+
 def refused_topics(response: Any) -> dict[str, str]:
     """Topic -> reason for every topic a CreateTopics response did not create.
 
@@ -182,10 +239,20 @@ async def _admin(settings: Settings) -> AsyncIterator[Any]:
             try:
                 await admin.start()
             except (KafkaError, OSError) as exc:
+                refusal = _sasl_refusal(exc, held)
+                if refusal is not None and settings.kafka.security_protocol.startswith("SASL"):
+                    raise _sasl_failed(settings, refusal) from None
                 why = _with_reasons(exc, held)
                 raise BrokerError(
                     f"cannot reach the broker at {settings.kafka.brokers}: {why}"
                 ) from exc
+            except (KeyError, ValueError) as exc:
+                if not settings.kafka.security_protocol.startswith("SASL"):
+                    raise
+                # aiokafka's SCRAM client fails this way when the broker refuses the
+                # credentials (a final message with an error and no signature, KeyError
+                # 'v') or cannot prove it knows them ("Server sent wrong signature!").
+                raise _sasl_failed(settings, f"{type(exc).__name__}: {exc}") from None
         yield admin
     finally:
         await admin.close()

@@ -65,6 +65,12 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 /run/secrets/sidecar
 {{- end }}
 
+{{/* Where redis.tlsSecret is mounted (outside the secrets directory, whose every
+<section>__<field> file is a setting). */}}
+{{- define "ood-sidecar.redisTlsDir" -}}
+/run/secrets/redis-tls
+{{- end }}
+
 {{/* Writable working directory (emptyDir; the root filesystem is read-only). The faust
 data directory lives under /tmp, another emptyDir. */}}
 {{- define "ood-sidecar.dataDir" -}}
@@ -98,6 +104,12 @@ data directory lives under /tmp, another emptyDir. */}}
     secretName: {{ . }}
     defaultMode: 0440
 {{- end }}
+{{- with .ctx.Values.redis.tlsSecret }}
+- name: redis-tls
+  secret:
+    secretName: {{ . }}
+    defaultMode: 0440
+{{- end }}
 {{- end }}
 
 {{- define "ood-sidecar.volumeMounts" -}}
@@ -108,6 +120,11 @@ data directory lives under /tmp, another emptyDir. */}}
 {{- if (include "ood-sidecar.secretName" .) }}
 - name: secrets
   mountPath: {{ include "ood-sidecar.secretsDir" . }}
+  readOnly: true
+{{- end }}
+{{- if .Values.redis.tlsSecret }}
+- name: redis-tls
+  mountPath: {{ include "ood-sidecar.redisTlsDir" . }}
   readOnly: true
 {{- end }}
 {{- end }}

@@ -84,7 +84,9 @@ data directory lives under /tmp, another emptyDir. */}}
 {{- end }}
 
 {{/* Volumes shared by the worker and the retraining job; call with
-(dict "ctx" $ "tmpSizeLimit" SIZE). */}}
+(dict "ctx" $ "tmpSizeLimit" SIZE), and "dsnSecret" (retraining.postgres.dsnSecret) for a
+job that reads PostgreSQL: its keys join the secret files as postgres__dsn (and
+postgres__password). */}}
 {{- define "ood-sidecar.volumes" -}}
 - name: tmp
   emptyDir:
@@ -92,11 +94,32 @@ data directory lives under /tmp, another emptyDir. */}}
 - name: data
   emptyDir:
     sizeLimit: {{ .ctx.Values.dataSizeLimit }}
-{{- with (include "ood-sidecar.secretName" .ctx) }}
+{{- $secret := include "ood-sidecar.secretName" .ctx }}
+{{- with .dsnSecret }}
+- name: secrets
+  projected:
+    defaultMode: 0440
+    sources:
+      {{- if $secret }}
+      - secret:
+          name: {{ $secret }}
+      {{- end }}
+      - secret:
+          name: {{ .name }}
+          items:
+            - key: {{ .key }}
+              path: postgres__dsn
+            {{- if .passwordKey }}
+            - key: {{ .passwordKey }}
+              path: postgres__password
+            {{- end }}
+{{- else }}
+{{- with $secret }}
 - name: secrets
   secret:
     secretName: {{ . }}
     defaultMode: 0440
+{{- end }}
 {{- end }}
 {{- end }}
 

@@ -98,12 +98,9 @@ def run_train_sources_bench(
             "secret file postgres__dsn or SIDECAR_POSTGRES__DSN); it creates and drops a "
             "scratch database there"
         )
-    from sidecar.encoders import available_cpus, load_encoder
-
     t0 = time.perf_counter()
-    encoder = load_encoder(settings.scoring, threads=available_cpus())
     pool_texts = [_sentence(i) for i in range(POOL)]
-    pool = np.asarray(encoder.encode(pool_texts), dtype=np.float32)
+    pool, encoder_name = _pool_embeddings(pool_texts, settings, real=config.load_inputs)
     admin = settings.postgres.dsn.get_secret_value()
     with _scratch_database(admin) as dsn, _work_dir(config.work_dir) as work:
         _build_tables(dsn, config.rows, pool_texts, pool)
@@ -134,7 +131,7 @@ def run_train_sources_bench(
         "rows": config.rows,
         "dims": int(pool.shape[1]),
         "fetch_rows": settings.postgres.fetch_rows,
-        "encoder": encoder.name,
+        "encoder": encoder_name,
         "build_s": round(build_s, 1),
         "cpus": os.cpu_count(),
         "runs": runs,
@@ -143,10 +140,23 @@ def run_train_sources_bench(
         "training job's input loading from the real[] table (plus 200 ID queries), a "
         "sample of 64 rows per input re-embedded as proof, nothing else encoded; its "
         "result holds the KB matrix (kb_matrix_mib) and every text. Texts of the vector "
-        f"rows cycle through {POOL} distinct sentences embedded by the real encoder.",
+        f"rows cycle through {POOL} distinct sentences embedded by the real encoder (random "
+        "unit vectors when the input loading is not measured).",
     }
     write_report(config.json_out, out)
     return out
+
+
+def _pool_embeddings(texts: list[str], settings: Any, *, real: bool) -> tuple[np.ndarray, str]:
+    """The pool's embeddings by the real encoder (the input-loading run checks a sample of
+    them), or random unit vectors of its width when only the readers are measured."""
+    if not real:
+        v = np.random.default_rng(0).normal(size=(len(texts), 384))
+        return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32), "none"
+    from sidecar.encoders import available_cpus, load_encoder
+
+    encoder = load_encoder(settings.scoring, threads=available_cpus())
+    return np.asarray(encoder.encode(texts), dtype=np.float32), encoder.name
 
 
 def _sentence(i: int) -> str:

@@ -37,12 +37,12 @@ def _peak_rss_mib() -> float:
 def _batches(job: dict[str, Any]) -> Iterator[Any]:
     if job["kind"].startswith("pg"):
         from sidecar.settings import load_settings
-        from sidecar.training._sources_sql import PostgresSource
+        from sidecar.training import PostgresSource
 
         with PostgresSource(load_settings().postgres) as pg:
             yield from pg.batches(job["source"], option="--kb-sql", kb=True, progress=False)
     else:
-        from sidecar.training._sources_parquet import parquet_batches
+        from sidecar.training import parquet_batches
 
         yield from parquet_batches(job["source"], kb=True, progress=False)
 

@@ -110,6 +110,28 @@ def test_a_kb_from_postgres_beside_query_files(render: Any) -> None:
     assert "kb" in {v["name"] for v in spec["volumes"]}
 
 
+def test_the_gate_reads_held_out_queries_from_postgres(render: Any) -> None:
+    gate = {
+        "enabled": True,
+        "maxFrr": 0.02,
+        "minAuroc": 0.95,
+        "idQueriesSql": "SELECT text, embedding FROM rag.held_out WHERE in_domain",
+        "oodQueriesSql": "rag.held_out_ood",
+    }
+    spec = _job(render, postgres=PG, gate=gate)
+    (train,), (check,) = spec["initContainers"], spec["containers"]
+    assert _flag(train["args"], "--kb-sql") == "rag.documents"
+    args = check["args"]
+    assert _flag(args, "--id-queries-sql") == gate["idQueriesSql"]
+    assert _flag(args, "--ood-queries-sql") == "rag.held_out_ood"
+    assert "--id-queries" not in args and "--ood-queries" not in args
+    assert "kb" not in {v["name"] for v in spec["volumes"]}
+    for container in (train, check):  # both read the DSN
+        assert "secrets" in {m["name"] for m in container["volumeMounts"]}
+        result = CliRunner().invoke(main, [*container["args"], "--help"])
+        assert result.exit_code == 0, result.output
+
+
 @pytest.mark.parametrize(
     ("retraining", "message"),
     [
@@ -127,7 +149,18 @@ def test_a_kb_from_postgres_beside_query_files(render: Any) -> None:
         ),
         (
             {"postgres": PG, "gate": {"enabled": True, "maxFrr": 0.02}},
-            "retraining.gate reads its held-out queries from kbSource files",
+            "retraining.gate reads held-out queries from kbSource files",
+        ),
+        (
+            {
+                "kbSource": {"configMap": "k"},
+                "gate": {"enabled": True, "maxFrr": 0.1, "idQueriesSql": "q"},
+            },
+            "gate.idQueriesSql and oodQueriesSql are read with retraining.postgres",
+        ),
+        (
+            {"postgres": PG, "gate": {"enabled": True, "minAuroc": 0.9, "idQueriesSql": "q"}},
+            r"need gate.oodQueries \(or gate.oodQueriesSql\)",
         ),
         ({}, r"kbSource.existingClaim or retraining.kbSource.configMap \(or retraining.postgres\)"),
     ],
@@ -206,15 +239,15 @@ def test_the_rendered_job_trains_from_postgres(render: Any, tmp_path: Path) -> N
         secrets = tmp_path / "secrets"
         secrets.mkdir()
         (secrets / "postgres__dsn").write_text(dsn + "\n")  # what the projected volume holds
-        env = {
-            "HOME": str(tmp_path),
+        env = {  # HOME stays: the encoder's ONNX export is reused from ~/.cache
             "SIDECAR_SECRETS_DIR": str(secrets),
             "SIDECAR_STORE__BACKEND": "directory",
             "SIDECAR_STORE__DIRECTORY": str(tmp_path / "store"),
             "SIDECAR_SCORING__KBS": '["clinic"]',
         }
         args = [a.replace("/tmp/", f"{tmp_path}/") for a in container["args"]]
-        res = CliRunner().invoke(main, [*args, "--detector", "knn"], env=env)
+        more = ["--detector", "knn", "--cache-dir", str(tmp_path / "cache")]
+        res = CliRunner().invoke(main, [*args, *more], env=env)
         assert res.exit_code == 0, res.output
         assert DirectoryStore(tmp_path / "store").active("clinic") is not None
     finally:

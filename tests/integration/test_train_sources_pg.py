@@ -118,6 +118,26 @@ def test_train_from_tables_with_stored_embeddings_encodes_nothing_else(
     assert model.encoder["name"] == "all-MiniLM-L6-v2" and model.encoder["dim"] == 384
     assert model.encoder_probes is not None  # the workers check these as for any model
     assert "102 ID in 34 groups" in res.output  # the "group" column, as in JSONL
+    # The release check reads held-out sets from the database as well (stored vectors,
+    # proven by a sample, against the model's probes).
+    check = CliRunner().invoke(
+        main,
+        [
+            "check",
+            "--artifact",
+            str(out),
+            "--id-queries-sql",
+            'SELECT text, embedding FROM id_queries WHERE "group" % 2 = 0',
+            "--ood-queries-sql",
+            "ood_queries",
+            "--max-frr",
+            "1",
+            "--no-progress",
+        ],
+        env={"SIDECAR_POSTGRES__DSN": kb_db},
+    )
+    assert check.exit_code == 0, check.output
+    assert "gate --max-frr 1: met" in check.output
 
 
 def test_texts_from_a_query_are_encoded_like_jsonl(
@@ -140,21 +160,17 @@ def test_texts_from_a_query_are_encoded_like_jsonl(
 
 
 def test_embeddings_from_another_encoder_are_refused(
-    kb_db: str, tmp_path: Path, one_error_line: Callable[[Result], str]
+    kb_db: str, encoder: Any, tmp_path: Path
 ) -> None:
-    res = _train(
-        kb_db,
-        "--kb-sql",
-        "rag.other",
-        "--id-queries-sql",
-        "id_queries",
-        "--out",
-        str(tmp_path / "model"),
-        "--no-progress",
+    sources = InputSources(
+        kb_sql="rag.other", id_queries_sql="id_queries", cache_dir=tmp_path / "cache"
     )
-    line = one_error_line(res)
-    assert "KB embeddings (--kb-sql rag.other) were not made by encoder all-MiniLM-L6-v2" in line
-    assert not (tmp_path / "model").exists()
+    with pytest.raises(DataError) as exc:
+        load_inputs(sources, _settings(kb_db), progress=False, encoder=encoder)
+    assert "KB embeddings (--kb-sql rag.other) were not made by encoder all-MiniLM-L6-v2" in (
+        str(exc.value)
+    )
+    assert "gives 64 below a cosine of 0.995" in str(exc.value)
 
 
 def test_bad_dsn_and_unreachable_server_are_one_line_without_the_password(

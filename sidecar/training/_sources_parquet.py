@@ -54,9 +54,10 @@ def parquet_batches(
 ) -> Iterator[RowBatch]:
     """The rows of ``path`` as :class:`RowBatch` objects of at most ``batch_rows`` rows.
 
-    Files are read one row group at a time (the unit Parquet compresses and the largest
-    piece held in memory): pyarrow's batch iterator kept every list column's values it had
-    read until the end of the file, a whole embeddings file in memory.
+    Files are read one row group at a time, each by its own batch iterator: one iterator
+    over a whole file kept every list column's values it had read until the end of the
+    file (pyarrow 26), a whole embeddings file in memory; one per row group holds at most
+    that row group's.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -77,13 +78,13 @@ def parquet_batches(
                 where = str(f)
                 columns = _columns(pf.schema_arrow.names, f, kb=kb)
                 for group in range(pf.num_row_groups):
-                    table = pf.read_row_group(group, columns=columns)
-                    for rb in table.to_batches(max_chunksize=batch_rows):
+                    for rb in pf.iter_batches(
+                        batch_size=batch_rows, row_groups=[group], columns=columns
+                    ):
                         if rb.num_rows:
                             yield record_batch_rows(rb, given, done)
                             done += rb.num_rows
                             bar.update(rb.num_rows)
-                    del table
         log.info("%s: %s rows read", given, done)
     except (pa.ArrowException, OSError) as exc:
         problem = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

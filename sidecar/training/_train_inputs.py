@@ -33,6 +33,7 @@ from sidecar.training._jsonl import (
     read_query_groups,
 )
 from sidecar.training._source_rows import SourceRows
+from sidecar.training._sources_parquet import is_parquet, read_parquet
 from sidecar.training._stored_embeddings import CHECK_ROWS, check_stored_embeddings
 
 log = logging.getLogger(__name__)
@@ -78,9 +79,6 @@ class InputSources:
         """The sources among ``sidecar train``'s options (other options are ignored)."""
         return cls(**{f.name: opts[f.name] for f in fields(cls) if opts.get(f.name)})
 
-    def given(self, field: str) -> Any:
-        return getattr(self, field)
-
 
 def _option(field: str) -> str:
     """The command-line option of an :class:`InputSources` field."""
@@ -106,7 +104,7 @@ class _Input:
 
 def _chosen(sources: InputSources, what: str) -> str | None:
     """The one option that gives input ``what``, or None; ConfigError for two."""
-    given = [f for f in _OPTIONS[what] if sources.given(f)]
+    given = [f for f in _OPTIONS[what] if getattr(sources, f)]
     if len(given) == 2:
         raise ConfigError(f"give {_option(given[0])} or {_option(given[1])}, not both")
     if len(given) > 2:
@@ -115,8 +113,8 @@ def _chosen(sources: InputSources, what: str) -> str | None:
 
 
 def _plan(sources: InputSources) -> dict[str, tuple[str, Any] | None]:
-    """Per input, (field, value) of the option that gives it (the demo's files where no
-    KB is given)."""
+    """Per input, (field, value) of the option that gives it, or None (the demo's files
+    where no KB is given)."""
     plan = {what: _chosen(sources, what) for what in _OPTIONS}
     if plan["KB"] is None:
         if plan["ID"] or plan["OOD"]:
@@ -131,17 +129,12 @@ def _plan(sources: InputSources) -> dict[str, tuple[str, Any] | None]:
             "ID": ("id_queries", demo_path(DEMO_ID_QUERIES)),
             "OOD": ("ood_queries", demo_path(DEMO_OOD_QUERIES)),
         }
-    if plan["ID"] is None:
-        raise ConfigError(
-            "ID training queries are required: --id-queries, --id-embeddings or --id-queries-sql"
-        )
-    return {w: None if f is None else (f, sources.given(f)) for w, f in plan.items()}
+    return {w: None if f is None else (f, getattr(sources, f)) for w, f in plan.items()}
 
 
-def _read(what: str, field: str, value: Any, settings: Settings, pg: Any, progress: bool) -> _Input:
-    """Read one input from the option ``field`` (its value ``value``)."""
-    from sidecar.training._sources_parquet import is_parquet, read_parquet
-
+def _read(what: str, field: str, value: Any, pg: Any, progress: bool) -> _Input:
+    """Read one input from the option ``field`` (its value ``value``); ``pg`` is the open
+    :class:`~sidecar.training.PostgresSource` where some input comes from PostgreSQL."""
     kb = what == "KB"
     if field.endswith("_embeddings"):
         return _Input(str(value), array=load_npy(value, f"{what} embeddings"))
@@ -185,7 +178,12 @@ def load_inputs(
                 PostgresSource(settings.postgres, option=_option(sql_fields[0]))
             )
         for what, chosen in plan.items():  # the KB first: a wrong --kb is named as such
-            inputs[what] = None if chosen is None else _read(what, *chosen, settings, pg, progress)
+            if what == "ID" and chosen is None:
+                raise ConfigError(
+                    "ID training queries are required: --id-queries or --id-embeddings (or "
+                    "--id-queries-sql)"
+                )
+            inputs[what] = None if chosen is None else _read(what, *chosen, pg, progress)
     t0 = time.perf_counter()
     name = str(sources.encoder or settings.scoring.encoder)
     probes = None

@@ -18,6 +18,7 @@ from sidecar.errors import ConfigError, DataError
 from sidecar.scoring import PROBE_TEXTS
 from sidecar.settings import load_settings
 from sidecar.training import InputSources, load_inputs
+from sidecar.training._jsonl import DEMO_KB, demo_path
 
 DIM = 16
 
@@ -179,11 +180,12 @@ def test_embeddings_of_another_width_are_refused(
             "give one of --kb, --kb-embeddings, --kb-sql, not several",
         ),
         (InputSources(id_queries_sql="q"), "training queries were given without a KB"),
-        (InputSources(kb_sql="docs"), "--id-queries, --id-embeddings or --id-queries-sql"),
+        (
+            InputSources(kb_path=demo_path(DEMO_KB)),
+            r"ID training queries are required: --id-queries or --id-embeddings \(or --id-q",
+        ),
     ],
 )
-def test_conflicting_sources_are_refused_before_anything_is_read(
-    sources: InputSources, message: str
-) -> None:
+def test_conflicting_or_missing_sources_are_refused(sources: InputSources, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_inputs(sources, load_settings(), progress=False, encoder=CountingEncoder())

@@ -134,6 +134,9 @@ def run_train_sources_bench(
         "encoder": encoder_name,
         "build_s": round(build_s, 1),
         "cpus": os.cpu_count(),
+        # The machine's 1-minute load average as the runs ended: other work on it slows
+        # every figure above (2 is a busy 2-CPU machine).
+        "load_average_1m": round(os.getloadavg()[0], 1),
         "runs": runs,
         "note": "pg_*/parquet_*: the reader alone (each batch read, checked and dropped); "
         "rss_mib_at_rows samples the resident memory as rows come in. pg_load_inputs: the "

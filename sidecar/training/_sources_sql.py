@@ -224,9 +224,10 @@ class PostgresSource:
         try:
             self._register_types()
         except psycopg.Error as exc:
-            problem = self._scrub(_first_line(exc))
+            problem = f"{self.where}: {self._scrub(_first_line(exc))}"
         if problem is not None:
-            raise SourceUnavailable(f"{self.where}: {problem}")
+            self.close()  # __exit__ is not called when __enter__ fails
+            raise SourceUnavailable(problem)
 
     def _register_types(self) -> None:
         from psycopg.adapt import Loader

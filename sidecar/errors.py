@@ -5,7 +5,9 @@
     SidecarError                    root; ``retryable`` says whether trying again can help
     ├── ConfigError                 settings or command-line options that cannot work
     ├── DataError                   an input file (KB, queries, sources) is missing or malformed
-    │   └── InvalidModelState       a model's or detector's saved state cannot be rebuilt
+    │   ├── InvalidModelState       a model's or detector's saved state cannot be rebuilt
+    │   └── SourceUnavailable       the database an input is read from cannot be reached
+    │                               (retryable)
     ├── NotFittedError              a detector or subspace was used before ``fit``
     ├── EncoderMismatch             embeddings from another encoder than the model was built with
     ├── ModelNotLoaded              no active model for a KB the sidecar serves
@@ -41,6 +43,13 @@ class InvalidModelState(DataError):
     """A model's or detector's saved state (parameters and arrays) cannot be rebuilt: an
     unknown detector kind, a missing array, or parts that do not fit together. The store
     layer reports it as ``model_store.IncompatibleArtifact``."""
+
+
+class SourceUnavailable(DataError):
+    """The database a KB or query set is read from is down, unreachable or refused the
+    connection; trying again later can help."""
+
+    retryable = True
 
 
 class NotFittedError(SidecarError, AttributeError):

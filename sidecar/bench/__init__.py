@@ -7,8 +7,9 @@ the detectors' speed (:func:`run_detectors_bench`), training at scale
 (:func:`run_recalibration_bench`), the rule miners against brute force
 (:func:`run_rules_bench`), the worker end to end on the embedded broker
 (:func:`run_e2e_bench`, with :func:`measure_encoder` as its encoder-only child, and
-:func:`run_e2e_batch_sweep` over batch sizes) and a
-live model swap under load (:func:`run_swap_bench`).
+:func:`run_e2e_batch_sweep` over batch sizes), a
+live model swap under load (:func:`run_swap_bench`) and the training inputs streamed from
+PostgreSQL and Parquet (:func:`run_train_sources_bench`).
 """
 
 from sidecar.bench._detectors import DetectorsBenchConfig, run_detectors_bench
@@ -18,6 +19,7 @@ from sidecar.bench._recalibration import RecalibrationBenchConfig, run_recalibra
 from sidecar.bench._rules_run import RulesBenchConfig, run_rules_bench
 from sidecar.bench._swap import SwapBenchConfig, run_swap_bench
 from sidecar.bench._train_scale import TrainScaleBenchConfig, run_train_scale_bench
+from sidecar.bench._train_sources import TrainSourcesBenchConfig, run_train_sources_bench
 
 __all__ = [
     "DetectorsBenchConfig",
@@ -26,6 +28,7 @@ __all__ = [
     "RulesBenchConfig",
     "SwapBenchConfig",
     "TrainScaleBenchConfig",
+    "TrainSourcesBenchConfig",
     "measure_encoder",
     "run_detectors_bench",
     "run_e2e_batch_sweep",
@@ -34,4 +37,5 @@ __all__ = [
     "run_rules_bench",
     "run_swap_bench",
     "run_train_scale_bench",
+    "run_train_sources_bench",
 ]

@@ -8,6 +8,7 @@ from sidecar.cli import (  # noqa: F401  (imported for registration)
     _bench_rules,
     _bench_swap,
     _bench_train_scale,
+    _bench_train_sources,
     _calibrate,
     _check,
     _demo,

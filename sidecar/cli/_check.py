@@ -36,17 +36,30 @@ _PATH = click.Path(path_type=Path)
     "--id-queries",
     type=_PATH,
     default=None,
-    help='Held-out in-domain queries, JSONL {"text"}; never trained on.',
+    help='Held-out in-domain queries, JSONL {"text"} or Parquet; never trained on.',
 )
 @click.option("--id-embeddings", type=_PATH, default=None, help="The same as a .npy array.")
+@click.option(
+    "--id-queries-sql",
+    metavar="TABLE|QUERY",
+    default=None,
+    help="The same from PostgreSQL (postgres.dsn): a table or a read-only query yielding "
+    "text and optionally embedding, as for `sidecar train --id-queries-sql`.",
+)
 @click.option(
     "--ood-queries",
     type=_PATH,
     default=None,
-    help='Held-out out-of-domain queries, JSONL {"text"} (optional: without them only the '
-    "false-reject rate is measured).",
+    help='Held-out out-of-domain queries, JSONL {"text"} or Parquet (optional: without them '
+    "only the false-reject rate is measured).",
 )
 @click.option("--ood-embeddings", type=_PATH, default=None, help="The same as a .npy array.")
+@click.option(
+    "--ood-queries-sql",
+    metavar="TABLE|QUERY",
+    default=None,
+    help="The same from PostgreSQL, as --id-queries-sql.",
+)
 @click.option(
     "--version-from",
     type=click.Path(path_type=Path, dir_okay=False),
@@ -120,8 +133,8 @@ def check_command(**opts: Any) -> None:
     settings = load_settings()
     model, version, other = _read_models(opts, ref, ref_given, settings)
     embed = query_embeddings(model, settings, opts)
-    E_id = embed(opts["id_queries"], opts["id_embeddings"], "ID")
-    E_ood = embed(opts["ood_queries"], opts["ood_embeddings"], "OOD")
+    E_id = embed(opts["id_queries"], opts["id_embeddings"], "ID", sql=opts["id_queries_sql"])
+    E_ood = embed(opts["ood_queries"], opts["ood_embeddings"], "OOD", sql=opts["ood_queries_sql"])
     report = check_release(
         model,
         version,
@@ -161,11 +174,16 @@ def _gates(opts: dict[str, Any]) -> list[Any]:
     from sidecar.training import Gate
 
     for kind in ("id", "ood"):
-        if opts[f"{kind}_queries"] and opts[f"{kind}_embeddings"]:
-            raise click.UsageError(f"give --{kind}-queries or --{kind}-embeddings, not both")
-    if not (opts["id_queries"] or opts["id_embeddings"]):
-        raise click.UsageError("give --id-queries or --id-embeddings")
-    has_ood = bool(opts["ood_queries"] or opts["ood_embeddings"])
+        given = [
+            f"--{kind}-{suffix}"
+            for suffix in ("queries", "embeddings", "queries-sql")
+            if opts[f"{kind}_{suffix.replace('-', '_')}"]
+        ]
+        if len(given) > 1:
+            raise click.UsageError(f"give {' or '.join(given)}, not both")
+    if not (opts["id_queries"] or opts["id_embeddings"] or opts["id_queries_sql"]):
+        raise click.UsageError("give --id-queries or --id-embeddings (or --id-queries-sql)")
+    has_ood = bool(opts["ood_queries"] or opts["ood_embeddings"] or opts["ood_queries_sql"])
     gates = [
         Gate(option, figure, opts[key])
         for option, figure, key in (

@@ -48,8 +48,9 @@ class _FitBar:
     "--kb",
     "kb_path",
     type=_PATH,
-    help='KB documents, JSONL {"id", "text"} [default, when no inputs are given: the '
-    "built-in demo KB and its queries].",
+    help='KB documents: JSONL {"id", "text"}, or Parquet (a .parquet file or a directory '
+    "of them) with columns id, text and optionally embedding [default, when no inputs are "
+    "given: the built-in demo KB and its queries].",
 )
 @click.option(
     "--kb-embeddings",
@@ -57,18 +58,37 @@ class _FitBar:
     help="KB as precomputed embeddings (.npy, n x dim) instead of --kb.",
 )
 @click.option(
+    "--kb-sql",
+    metavar="TABLE|QUERY",
+    help="KB from PostgreSQL (postgres.dsn): a table (schema.table) or a read-only query "
+    "yielding id, text and optionally embedding (pgvector, real[] or double precision[]); "
+    "stored embeddings are used as they are, after a sample of rows is re-embedded to "
+    "prove their encoder.",
+)
+@click.option(
     "--id-queries",
     type=_PATH,
-    help='ID training queries, JSONL {"text"}; an optional "group" names paraphrases.',
+    help='ID training queries, JSONL {"text"} or Parquet (text, optional embedding); an '
+    'optional "group" names paraphrases.',
 )
 @click.option("--id-embeddings", type=_PATH, help="ID training queries as a .npy array.")
 @click.option(
+    "--id-queries-sql",
+    metavar="TABLE|QUERY",
+    help="ID training queries from PostgreSQL, as --kb-sql: text, optional group and embedding.",
+)
+@click.option(
     "--ood-queries",
     type=_PATH,
-    help='OOD training queries, JSONL {"text"} (optional for KB-only detectors; "group" '
-    "as for --id-queries).",
+    help='OOD training queries, JSONL {"text"} or Parquet (optional for KB-only '
+    'detectors; "group" as for --id-queries).',
 )
 @click.option("--ood-embeddings", type=_PATH, help="OOD training queries as a .npy array.")
+@click.option(
+    "--ood-queries-sql",
+    metavar="TABLE|QUERY",
+    help="OOD training queries from PostgreSQL, as --id-queries-sql.",
+)
 @click.option("--kb-name", default=None, help="KB id in the model store [default: settings].")
 @encoder_option
 @click.option(
@@ -139,6 +159,10 @@ def train_command(**opts: Any) -> None:
     queries (fixed seed), calibrates the threshold to --target-frr on held-out ID queries
     (conformal quantile) and writes OUT (manifest.json + arrays.npz, no pickle). With no
     KB options it trains on the built-in demo KB, so `sidecar train --out DIR` just works.
+
+    The KB and the query sets may also come from PostgreSQL (--kb-sql, ...; the DSN is the
+    secret postgres.dsn) or from Parquet; rows that carry their embeddings are not
+    embedded again, once a sample of them shows they come from the model's encoder.
     """
     from tqdm.auto import tqdm
     from tqdm.contrib.logging import logging_redirect_tqdm

@@ -27,6 +27,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 from sidecar.errors import ConfigError
 from sidecar.settings._fields import _ENV_ONLY, DEFAULT_ENCODER, mask_url_password
 from sidecar.settings._kafka import KafkaSettings
+from sidecar.settings._postgres import PostgresSettings
 from sidecar.settings._secret_files import read_secret_files, refuse_unknown_sections, secrets_dir
 from sidecar.settings._sections import (
     ExplainSettings,
@@ -45,6 +46,7 @@ __all__ = [
     "ExplainSettings",
     "KafkaSettings",
     "LogSettings",
+    "PostgresSettings",
     "RedisSettings",
     "ScoringSettings",
     "Settings",
@@ -72,6 +74,7 @@ class Settings(BaseSettings):
     web: WebSettings = WebSettings()
     explain: ExplainSettings = ExplainSettings()
     log: LogSettings = LogSettings()
+    postgres: PostgresSettings = PostgresSettings()
 
 
 def load_settings(**overrides: Any) -> Settings:

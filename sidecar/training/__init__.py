@@ -6,6 +6,9 @@ winner; :func:`build_report` writes its report, and :func:`release_model` does a
 and writes the artifact. Around it: the embedding cache, the search and its grid, the
 splits, the metrics, the release check (:func:`holdout_figures`, :func:`check_release`)
 and the recalibration of a trained model on new ID queries (:func:`recalibrate_release`).
+Inputs come from JSONL, ``.npy``, Parquet (:func:`read_parquet`, :func:`parquet_batches`)
+or PostgreSQL (:class:`PostgresSource`), the last two as :class:`RowBatch` batches
+gathered into :class:`SourceRows`.
 """
 
 from sidecar.training._cache import EmbeddingCache
@@ -41,6 +44,9 @@ from sidecar.training._search import (
     search,
 )
 from sidecar.training._servable import servable_model
+from sidecar.training._source_rows import RowBatch, SourceRows
+from sidecar.training._sources_parquet import parquet_batches, read_parquet
+from sidecar.training._sources_sql import PostgresSource
 from sidecar.training._splits import (
     NEAR_DUPLICATE_COS,
     OOD_CAL_FRACTION,
@@ -62,12 +68,15 @@ __all__ = [
     "Gate",
     "InputSources",
     "KBDocument",
+    "PostgresSource",
     "QueryEmbeddings",
     "Recalibration",
     "Release",
     "ReleaseConfig",
+    "RowBatch",
     "SearchConfig",
     "SearchResult",
+    "SourceRows",
     "TrainConfig",
     "TrainInputs",
     "TrainResult",
@@ -88,8 +97,10 @@ __all__ = [
     "load_npy",
     "near_duplicate_groups",
     "paper_accuracy",
+    "parquet_batches",
     "parse_m_range",
     "read_kb",
+    "read_parquet",
     "read_queries",
     "recalibrate_release",
     "release_model",

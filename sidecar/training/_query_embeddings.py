@@ -9,8 +9,10 @@ from typing import Any
 
 class QueryEmbeddings:
     """Query sets as embeddings for ``model``: a ``.npy`` array given as is (its width
-    checked), or a JSONL file of ``{"text"}`` encoded by the worker's encoder (settings,
-    or ``encoder``), loaded once and checked against the model's first.
+    checked), or texts (a JSONL file of ``{"text"}``, Parquet, or a PostgreSQL table or
+    query) encoded by the worker's encoder (settings, or ``encoder``), loaded once and
+    checked against the model's first; texts read with their embeddings keep them once a
+    sample re-embedded by that encoder agrees.
 
     The model records only its encoder's name, which for a local directory is the
     folder's name, not a path to load it from: hence the worker's settings.
@@ -29,9 +31,18 @@ class QueryEmbeddings:
         self.encoder, self.cache_dir, self.progress = encoder, cache_dir, progress
         self._cache: Any = None
 
-    def __call__(self, queries: Path | None, embeddings: Path | None, what: str) -> Any:
-        """The rows of ``embeddings`` or the encoded texts of ``queries`` (one of them
-        given; None when neither is); ``what`` names the set in messages ("ID")."""
+    def __call__(
+        self,
+        queries: Path | None,
+        embeddings: Path | None,
+        what: str,
+        *,
+        sql: str | None = None,
+    ) -> Any:
+        """The rows of ``embeddings``, or the queries of ``queries`` (JSONL or Parquet) or
+        of ``sql`` (a PostgreSQL table or query, read with ``postgres.dsn``) as embeddings:
+        encoded, or as stored once a sample of them proves their encoder. One of them
+        given, or None when none is; ``what`` names the set in messages ("ID")."""
         from sidecar.errors import DataError
         from sidecar.training._train_inputs import load_npy
 
@@ -43,12 +54,36 @@ class QueryEmbeddings:
                     f"{what} embeddings have {E.shape[1]} dims, the model's encoder {dim}"
                 )
             return E
+        rows = self._rows(queries, what, sql)
+        if rows is None:
+            return None
+        cache = self._embedder()
+        if rows.embeddings is None:
+            return cache.embed(rows.texts, desc=f"encoding {what} queries")
+        from sidecar.training._stored_embeddings import check_stored_embeddings
+
+        check_stored_embeddings(rows, cache.encoder, what)
+        return rows.embeddings
+
+    def _rows(self, queries: Path | None, what: str, sql: str | None) -> Any:
+        """The query set's rows (texts, and any stored embeddings), or None."""
+        from sidecar.training._source_rows import SourceRows
+
+        if sql is not None:
+            from sidecar.training._sources_sql import PostgresSource
+
+            option = f"--{what.lower()}-queries-sql"
+            with PostgresSource(self.settings.postgres, option=option) as pg:
+                return pg.read(sql, option=option, kb=False, progress=self.progress)
         if queries is None:
             return None
+        from sidecar.training._sources_parquet import is_parquet, read_parquet
+
+        if is_parquet(queries):
+            return read_parquet(queries, kb=False, progress=self.progress)
         from sidecar.training._jsonl import read_queries
 
-        texts = read_queries(queries)
-        return self._embedder().embed(texts, desc=f"encoding {what} queries")
+        return SourceRows(str(queries), read_queries(queries), [], None, None)
 
     def _embedder(self) -> Any:
         if self._cache is None:

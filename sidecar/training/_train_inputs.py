@@ -1,12 +1,16 @@
 """Turn the training job's input sources into :class:`TrainInputs` (texts embedded, arrays loaded).
 
-Each input is text (JSONL) or precomputed embeddings (``.npy``). With neither KB option the
-built-in demo KB and its demo queries are used. The encoder is only loaded when some input
-is text.
+Each input (the KB, the ID and the OOD queries) is text (JSONL or Parquet), precomputed
+embeddings (``.npy``), or rows of a PostgreSQL table or query; Parquet and PostgreSQL
+rows may carry their embeddings beside their texts, and then only a sample is re-embedded,
+as proof of their encoder (:mod:`sidecar.training._stored_embeddings`). With no KB option
+the built-in demo KB and its demo queries are used. The encoder is loaded only when some
+input has texts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Mapping
@@ -28,30 +32,47 @@ from sidecar.training._jsonl import (
     read_kb,
     read_query_groups,
 )
+from sidecar.training._source_rows import SourceRows
+from sidecar.training._sources_parquet import is_parquet, read_parquet
+from sidecar.training._stored_embeddings import CHECK_ROWS, check_stored_embeddings
 
 log = logging.getLogger(__name__)
+
+# Per input: its text option, its .npy option and its PostgreSQL option (field names).
+_OPTIONS = {
+    "KB": ("kb_path", "kb_embeddings", "kb_sql"),
+    "ID": ("id_queries", "id_embeddings", "id_queries_sql"),
+    "OOD": ("ood_queries", "ood_embeddings", "ood_queries_sql"),
+}
 
 
 @dataclass(frozen=True)
 class InputSources:
-    """Where the training inputs come from: each is text (JSONL) or embeddings (``.npy``).
+    """Where the training inputs come from: each is a file of texts (JSONL, or Parquet: a
+    ``.parquet`` file or a directory of them), embeddings (``.npy``), or a PostgreSQL table
+    or query (``*_sql``, read with ``postgres.dsn``).
 
-    With neither ``kb_path`` nor ``kb_embeddings`` the built-in demo KB and its queries are
-    used. ``encoder`` names the encoder (default: ``scoring.encoder``), ``cache_dir`` the
-    embedding cache, ``kb_name`` the KB (default: ``scoring.default_kb``); ``publish`` says
-    the model is meant for the workers, so embeddings of another width are refused.
+    With no KB option the built-in demo KB and its queries are used. ``encoder`` names the
+    encoder (default: ``scoring.encoder``), ``cache_dir`` the embedding cache, ``kb_name``
+    the KB (default: ``scoring.default_kb``); ``publish`` says the model is meant for the
+    workers, so embeddings of another width are refused. ``check_rows`` rows of an input
+    that came with stored embeddings are re-embedded to prove their encoder.
     """
 
     kb_path: str | Path | None = None
     kb_embeddings: str | Path | None = None
+    kb_sql: str | None = None
     id_queries: str | Path | None = None
     id_embeddings: str | Path | None = None
+    id_queries_sql: str | None = None
     ood_queries: str | Path | None = None
     ood_embeddings: str | Path | None = None
+    ood_queries_sql: str | None = None
     encoder: str | None = None
     cache_dir: str | Path | None = None
     kb_name: str | None = None
     publish: bool = False
+    check_rows: int = CHECK_ROWS
 
     @classmethod
     def from_options(cls, opts: Mapping[str, Any]) -> InputSources:
@@ -59,131 +80,193 @@ class InputSources:
         return cls(**{f.name: opts[f.name] for f in fields(cls) if opts.get(f.name)})
 
 
-def _either(sources: InputSources, text_key: str, emb_key: str) -> None:
-    if getattr(sources, text_key) and getattr(sources, emb_key):
-        text = "kb" if text_key == "kb_path" else text_key.replace("_", "-")  # its option
-        raise ConfigError(f"give --{text} or --{emb_key.replace('_', '-')}, not both")
+def _option(field: str) -> str:
+    """The command-line option of an :class:`InputSources` field."""
+    return "--kb" if field == "kb_path" else "--" + field.replace("_", "-")
 
 
-def _text_paths(sources: InputSources) -> tuple[Any, Any, Any]:
-    """The KB, ID and OOD text files to read (the demo's where no KB is given)."""
-    for text_key, emb_key in (
-        ("kb_path", "kb_embeddings"),
-        ("id_queries", "id_embeddings"),
-        ("ood_queries", "ood_embeddings"),
-    ):
-        _either(sources, text_key, emb_key)
-    demo = not sources.kb_path and not sources.kb_embeddings
-    queries = (sources.id_queries, sources.id_embeddings, sources.ood_queries)
-    if demo and any((*queries, sources.ood_embeddings)):
-        # the built-in demo is all or nothing: the user's queries against the demo KB (or
-        # the demo's ID queries beside the user's OOD ones) would train a meaningless model
-        raise ConfigError(
-            "training queries were given without a KB: add --kb (or --kb-embeddings); the "
-            "built-in demo KB is used only when no inputs are given"
-        )
-    if demo:
-        return demo_path(DEMO_KB), demo_path(DEMO_ID_QUERIES), demo_path(DEMO_OOD_QUERIES)
-    return sources.kb_path, sources.id_queries, sources.ood_queries
+@dataclass
+class _Input:
+    """One input as read: texts (with ids and groups) and/or embeddings."""
+
+    given: str
+    rows: SourceRows | None = None  # texts, and the embeddings stored beside them
+    array: np.ndarray | None = None  # the embeddings (.npy, stored, or computed here)
+
+    @property
+    def texts(self) -> list[str] | None:
+        return None if self.rows is None else self.rows.texts
+
+    @property
+    def to_embed(self) -> bool:
+        return self.rows is not None and self.rows.embeddings is None
 
 
-def _npy(path: str | Path | None, what: str) -> np.ndarray | None:
-    return load_npy(path, what) if path else None
+def _chosen(sources: InputSources, what: str) -> str | None:
+    """The one option that gives input ``what``, or None; ConfigError for two."""
+    given = [f for f in _OPTIONS[what] if getattr(sources, f)]
+    if len(given) == 2:
+        raise ConfigError(f"give {_option(given[0])} or {_option(given[1])}, not both")
+    if len(given) > 2:
+        raise ConfigError(f"give one of {', '.join(_option(f) for f in given)}, not several")
+    return given[0] if given else None
+
+
+def _plan(sources: InputSources) -> dict[str, tuple[str, Any] | None]:
+    """Per input, (field, value) of the option that gives it, or None (the demo's files
+    where no KB is given)."""
+    plan = {what: _chosen(sources, what) for what in _OPTIONS}
+    if plan["KB"] is None:
+        if plan["ID"] or plan["OOD"]:
+            # the built-in demo is all or nothing: the user's queries against the demo KB (or
+            # the demo's ID queries beside the user's OOD ones) would train a meaningless model
+            raise ConfigError(
+                "training queries were given without a KB: add --kb (or --kb-embeddings, "
+                "--kb-sql); the built-in demo KB is used only when no inputs are given"
+            )
+        return {
+            "KB": ("kb_path", demo_path(DEMO_KB)),
+            "ID": ("id_queries", demo_path(DEMO_ID_QUERIES)),
+            "OOD": ("ood_queries", demo_path(DEMO_OOD_QUERIES)),
+        }
+    return {w: None if f is None else (f, getattr(sources, f)) for w, f in plan.items()}
+
+
+def _read(what: str, field: str, value: Any, pg: Any, progress: bool) -> _Input:
+    """Read one input from the option ``field`` (its value ``value``); ``pg`` is the open
+    :class:`~sidecar.training.PostgresSource` where some input comes from PostgreSQL."""
+    kb = what == "KB"
+    if field.endswith("_embeddings"):
+        return _Input(str(value), array=load_npy(value, f"{what} embeddings"))
+    if field.endswith("_sql"):
+        rows = pg.read(value, option=_option(field), kb=kb, progress=progress)
+        return _Input(rows.given, rows=rows, array=rows.embeddings)
+    if is_parquet(value):
+        rows = read_parquet(value, kb=kb, progress=progress)
+        return _Input(rows.given, rows=rows, array=rows.embeddings)
+    if kb:
+        docs = read_kb(value)
+        ids, texts, groups = [d.id for d in docs], [d.text for d in docs], None
+    else:
+        texts, groups = read_query_groups(value)
+        ids = []
+    return _Input(str(value), rows=SourceRows(str(value), texts, ids, groups, None))
 
 
 def load_inputs(
-    sources: InputSources, settings: Settings, *, progress: bool = True
+    sources: InputSources,
+    settings: Settings,
+    *,
+    progress: bool = True,
+    encoder: Any = None,
 ) -> tuple[TrainInputs, float]:
-    """Read, embed and return the training inputs and the seconds spent embedding."""
-    kb_path, id_path, ood_path = _text_paths(sources)
-    docs = read_kb(kb_path) if kb_path else None  # first: a wrong --kb is named as such
-    if not id_path and not sources.id_embeddings:
-        raise ConfigError("ID training queries are required: --id-queries or --id-embeddings")
-    id_texts, id_groups = read_query_groups(id_path) if id_path else (None, None)
-    ood_texts, ood_groups = read_query_groups(ood_path) if ood_path else (None, None)
-    arrays = {
-        "KB": _npy(sources.kb_embeddings, "KB embeddings"),
-        "ID": _npy(sources.id_embeddings, "ID embeddings"),
-        "OOD": _npy(sources.ood_embeddings, "OOD embeddings"),
-    }
+    """Read, embed and return the training inputs and the seconds spent embedding.
+
+    ``encoder`` (an :class:`~sidecar.encoders.Encoder`) is used instead of loading the one
+    the settings and ``sources.encoder`` name.
+    """
+    plan = _plan(sources)
+    inputs: dict[str, _Input | None] = {}
+    with contextlib.ExitStack() as stack:
+        pg = None
+        sql_fields = [p[0] for p in plan.values() if p is not None and p[0].endswith("_sql")]
+        if sql_fields:
+            from sidecar.training._sources_sql import PostgresSource
+
+            # One connection and one snapshot for every input read from the database.
+            pg = stack.enter_context(
+                PostgresSource(settings.postgres, option=_option(sql_fields[0]))
+            )
+        for what, chosen in plan.items():  # the KB first: a wrong --kb is named as such
+            if what == "ID" and chosen is None:
+                raise ConfigError(
+                    "ID training queries are required: --id-queries or --id-embeddings (or "
+                    "--id-queries-sql)"
+                )
+            inputs[what] = None if chosen is None else _read(what, *chosen, pg, progress)
     t0 = time.perf_counter()
     name = str(sources.encoder or settings.scoring.encoder)
-    texts = {"KB": [d.text for d in docs] if docs else None, "ID": id_texts, "OOD": ood_texts}
     probes = None
-    if any(t is not None for t in texts.values()):
-        encoder, probes = _embed(texts, arrays, settings, name, sources.cache_dir, progress)
+    read = {w: i for w, i in inputs.items() if i is not None}
+    if any(i.rows is not None for i in read.values()):
+        enc_record, probes = _embed(read, settings, name, sources, progress, encoder)
     else:
         from sidecar.encoders import encoder_dim, resolve_encoder_path
 
-        kb_arr = arrays["KB"]
+        kb_arr = read["KB"].array
         assert kb_arr is not None
-        encoder = {"name": resolve_encoder_path(name)[0], "dim": int(kb_arr.shape[1])}
-        _check_width(encoder, encoder_dim(name), publish=sources.publish)
+        enc_record = {"name": resolve_encoder_path(name)[0], "dim": int(kb_arr.shape[1])}
+        _check_width(enc_record, encoder_dim(name), publish=sources.publish)
     embed_s = time.perf_counter() - t0
-    _check_dims(arrays, encoder, sources, embedded=probes is not None)
-    kb_arr, id_arr, ood_arr = arrays["KB"], arrays["ID"], arrays["OOD"]
-    assert kb_arr is not None and id_arr is not None
-    inputs = TrainInputs(
+    _check_dims(read, enc_record, embedded=probes is not None)
+    kb, id_q, ood = read["KB"], read["ID"], inputs["OOD"]
+    assert kb.array is not None and id_q.array is not None
+    kb_rows = kb.rows
+    train_inputs = TrainInputs(
         kb_name=str(sources.kb_name or settings.scoring.default_kb),
-        encoder=encoder,
-        kb=np.asarray(kb_arr, dtype=np.float32),
-        id_queries=np.asarray(id_arr, dtype=np.float32),
-        ood_queries=None if ood_arr is None else np.asarray(ood_arr, dtype=np.float32),
-        kb_ids=[d.id for d in docs] if docs else [],
-        kb_texts=[d.text for d in docs] if docs else [],
-        id_groups=id_groups,
-        ood_groups=ood_groups,
+        encoder=enc_record,
+        kb=np.asarray(kb.array, dtype=np.float32),
+        id_queries=np.asarray(id_q.array, dtype=np.float32),
+        ood_queries=None if ood is None else np.asarray(ood.array, dtype=np.float32),
+        kb_ids=kb_rows.ids if kb_rows else [],
+        kb_texts=kb_rows.texts if kb_rows else [],
+        id_groups=id_q.rows.groups if id_q.rows else None,
+        ood_groups=ood.rows.groups if ood is not None and ood.rows else None,
         encoder_probes=probes,
     )
     log.info(
         "training inputs: %s KB docs, %s ID, %s OOD queries",
-        len(inputs.kb),
-        len(inputs.id_queries),
-        0 if inputs.ood_queries is None else len(inputs.ood_queries),
+        len(train_inputs.kb),
+        len(train_inputs.id_queries),
+        0 if train_inputs.ood_queries is None else len(train_inputs.ood_queries),
     )
-    return inputs, embed_s
+    return train_inputs, embed_s
 
 
 def _embed(
-    texts: Mapping[str, list[str] | None],
-    arrays: dict[str, np.ndarray | None],
+    inputs: Mapping[str, _Input],
     settings: Settings,
     name: str,
-    cache_dir: str | Path | None,
+    sources: InputSources,
     progress: bool,
+    encoder: Any,
 ) -> tuple[dict[str, Any], np.ndarray]:
-    """Embed the text inputs into ``arrays``; the encoder's record and its probe embeddings."""
-    from sidecar.encoders import available_cpus, load_encoder
-    from sidecar.training._cache import EmbeddingCache
+    """Embed the inputs that are texts alone, and check a sample of those that came with
+    embeddings; the encoder's record and its probe embeddings."""
+    from sidecar.encoders import available_cpus, embed_probes, load_encoder
 
     # The worker's backend (ONNX Runtime under `auto`), on every CPU the job has.
-    enc = load_encoder(settings.scoring, name=name, threads=available_cpus())
-    cache = EmbeddingCache(enc, cache_dir, progress=progress)
+    enc = encoder or load_encoder(settings.scoring, name=name, threads=available_cpus())
+    cache = None
     descs = {"KB": "encoding KB", "ID": "encoding ID queries", "OOD": "encoding OOD queries"}
-    for what, desc in descs.items():
-        given = texts[what]
-        if given is not None:
-            arrays[what] = cache.embed(given, desc=desc)
-    # The cache checked its vectors against them: they are what embedded the texts.
-    return {"name": enc.name, "dim": enc.dim}, cache.probes()
+    for what, given in inputs.items():
+        if given.to_embed:
+            if cache is None:
+                from sidecar.training._cache import EmbeddingCache
+
+                cache = EmbeddingCache(enc, sources.cache_dir, progress=progress)
+            assert given.texts is not None
+            given.array = cache.embed(given.texts, desc=descs[what])
+        elif given.rows is not None:  # embeddings read with their texts
+            check_stored_embeddings(given.rows, enc, what, sample=sources.check_rows)
+    # The cache checked its vectors against them, and the sample check the stored ones:
+    # they are the encoder's that made the vectors.
+    probes = cache.probes() if cache is not None else embed_probes(enc.encode)
+    return {"name": enc.name, "dim": enc.dim}, probes
 
 
 def _check_dims(
-    arrays: Mapping[str, np.ndarray | None],
-    encoder: Mapping[str, Any],
-    sources: InputSources,
-    *,
-    embedded: bool,
+    inputs: Mapping[str, _Input], encoder: Mapping[str, Any], *, embedded: bool
 ) -> None:
     """Every array has the encoder's width; only a ``.npy`` can be off."""
     dim = int(encoder["dim"])
-    for what, arr in arrays.items():
+    for what, given in inputs.items():
+        arr = given.array
         if arr is None or arr.shape[1] == dim:
             continue
         against = f"encoder {encoder['name']} gives" if embedded else "the KB embeddings have"
-        given = getattr(sources, f"{what.lower()}_embeddings")
         raise DataError(
-            f"{what} embeddings ({given}) have {arr.shape[1]} dims, but {against} {dim}"
+            f"{what} embeddings ({given.given}) have {arr.shape[1]} dims, but {against} {dim}"
         )
 
 

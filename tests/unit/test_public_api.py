@@ -68,6 +68,7 @@ PUBLIC = {
         "RulesBenchConfig",
         "SwapBenchConfig",
         "TrainScaleBenchConfig",
+        "TrainSourcesBenchConfig",
         "measure_encoder",
         "run_detectors_bench",
         "run_e2e_batch_sweep",
@@ -76,6 +77,7 @@ PUBLIC = {
         "run_rules_bench",
         "run_swap_bench",
         "run_train_scale_bench",
+        "run_train_sources_bench",
     ],
 }
 

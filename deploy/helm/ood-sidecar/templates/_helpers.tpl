@@ -90,7 +90,9 @@ data directory lives under /tmp, another emptyDir. */}}
 {{- end }}
 
 {{/* Volumes shared by the worker and the retraining job; call with
-(dict "ctx" $ "tmpSizeLimit" SIZE). */}}
+(dict "ctx" $ "tmpSizeLimit" SIZE), and "dsnSecret" (retraining.postgres.dsnSecret) for a
+job that reads PostgreSQL: its keys join the secret files as postgres__dsn (and
+postgres__password). */}}
 {{- define "ood-sidecar.volumes" -}}
 - name: tmp
   emptyDir:
@@ -98,7 +100,27 @@ data directory lives under /tmp, another emptyDir. */}}
 - name: data
   emptyDir:
     sizeLimit: {{ .ctx.Values.dataSizeLimit }}
-{{- with (include "ood-sidecar.secretName" .ctx) }}
+{{- $secret := include "ood-sidecar.secretName" .ctx }}
+{{- with .dsnSecret }}
+- name: secrets
+  projected:
+    defaultMode: 0440
+    sources:
+      {{- if $secret }}
+      - secret:
+          name: {{ $secret }}
+      {{- end }}
+      - secret:
+          name: {{ .name }}
+          items:
+            - key: {{ .key }}
+              path: postgres__dsn
+            {{- if .passwordKey }}
+            - key: {{ .passwordKey }}
+              path: postgres__password
+            {{- end }}
+{{- else }}
+{{- with $secret }}
 - name: secrets
   secret:
     secretName: {{ . }}
@@ -109,6 +131,7 @@ data directory lives under /tmp, another emptyDir. */}}
   secret:
     secretName: {{ . }}
     defaultMode: 0440
+{{- end }}
 {{- end }}
 {{- end }}
 

@@ -109,15 +109,18 @@ def load_inputs(
     t0 = time.perf_counter()
     name = str(sources.encoder or settings.scoring.encoder)
     texts = {"KB": [d.text for d in docs] if docs else None, "ID": id_texts, "OOD": ood_texts}
-    probes = None
+    probes, source = None, None
     if any(t is not None for t in texts.values()):
-        encoder, probes = _embed(texts, arrays, settings, name, sources.cache_dir, progress)
+        encoder, probes, source = _embed(texts, arrays, settings, name, sources.cache_dir, progress)
     else:
-        from sidecar.encoders import encoder_dim, resolve_encoder_path
+        from sidecar.encoders import encoder_dim, encoder_label, resolve_encoder_path
 
         kb_arr = arrays["KB"]
         assert kb_arr is not None
-        encoder = {"name": resolve_encoder_path(name)[0], "dim": int(kb_arr.shape[1])}
+        # A server's model need not be on this machine: its name is the setting's label.
+        remote = settings.scoring.encoder_backend == "http"
+        label = encoder_label(name) if remote else resolve_encoder_path(name)[0]
+        encoder = {"name": label, "dim": int(kb_arr.shape[1])}
         _check_width(encoder, encoder_dim(name), publish=sources.publish)
     embed_s = time.perf_counter() - t0
     _check_dims(arrays, encoder, sources, embedded=probes is not None)
@@ -134,6 +137,7 @@ def load_inputs(
         id_groups=id_groups,
         ood_groups=ood_groups,
         encoder_probes=probes,
+        encoder_source=source,
     )
     log.info(
         "training inputs: %s KB docs, %s ID, %s OOD queries",
@@ -151,13 +155,14 @@ def _embed(
     name: str,
     cache_dir: str | Path | None,
     progress: bool,
-) -> tuple[dict[str, Any], np.ndarray]:
-    """Embed the text inputs into ``arrays``; the encoder's record and its probe embeddings."""
+) -> tuple[dict[str, Any], np.ndarray, dict[str, Any]]:
+    """Embed the text inputs into ``arrays``; the encoder's record, its probe embeddings
+    and where it ran (the backend; for an embedding server its URL and model names)."""
     from sidecar.encoders import available_cpus, load_encoder
     from sidecar.training._cache import EmbeddingCache
 
     # The worker's backend (ONNX Runtime under `auto`), on every CPU the job has.
-    enc = load_encoder(settings.scoring, name=name, threads=available_cpus())
+    enc = load_encoder(settings, name=name, threads=available_cpus())
     cache = EmbeddingCache(enc, cache_dir, progress=progress)
     descs = {"KB": "encoding KB", "ID": "encoding ID queries", "OOD": "encoding OOD queries"}
     for what, desc in descs.items():
@@ -165,7 +170,13 @@ def _embed(
         if given is not None:
             arrays[what] = cache.embed(given, desc=desc)
     # The cache checked its vectors against them: they are what embedded the texts.
-    return {"name": enc.name, "dim": enc.dim}, cache.probes()
+    probes = cache.probes()
+    source: dict[str, Any] = {"backend": getattr(enc, "backend", None)}
+    describe = getattr(enc, "describe", None)
+    if callable(describe):  # an embedding server: which one, and what it calls the model
+        server = describe()
+        source.update({k: server[k] for k in ("url", "model", "served_model")})
+    return {"name": enc.name, "dim": enc.dim}, probes, source
 
 
 def _check_dims(

@@ -60,6 +60,20 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
+{{/* The Secret key that holds the embedding server's API key, or "" (see apiKeySecret). */}}
+{{- define "ood-sidecar.apiKeySecret" -}}
+{{- with .Values.embeddingServer }}
+{{- if and .enabled .apiKeySecret.name }}
+{{- .apiKeySecret.name }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* "true" when secret files are mounted at all. */}}
+{{- define "ood-sidecar.hasSecrets" -}}
+{{- if or (include "ood-sidecar.secretName" .) (include "ood-sidecar.apiKeySecret" .) }}true{{ end }}
+{{- end }}
+
 {{/* Directory the secret files are read from (sidecar.settings.DEFAULT_SECRETS_DIR). */}}
 {{- define "ood-sidecar.secretsDir" -}}
 /run/secrets/sidecar
@@ -92,11 +106,29 @@ data directory lives under /tmp, another emptyDir. */}}
 - name: data
   emptyDir:
     sizeLimit: {{ .ctx.Values.dataSizeLimit }}
-{{- with (include "ood-sidecar.secretName" .ctx) }}
+{{- $secret := include "ood-sidecar.secretName" .ctx }}
+{{- with (include "ood-sidecar.apiKeySecret" .ctx) }}
+{{- /* One directory for both: the settings read secret files from one place. */}}
+- name: secrets
+  projected:
+    defaultMode: 0440
+    sources:
+      {{- with $secret }}
+      - secret:
+          name: {{ . }}
+      {{- end }}
+      - secret:
+          name: {{ . }}
+          items:
+            - key: {{ $.ctx.Values.embeddingServer.apiKeySecret.key }}
+              path: embedding_server__api_key
+{{- else }}
+{{- with $secret }}
 - name: secrets
   secret:
     secretName: {{ . }}
     defaultMode: 0440
+{{- end }}
 {{- end }}
 {{- end }}
 
@@ -105,7 +137,7 @@ data directory lives under /tmp, another emptyDir. */}}
   mountPath: /tmp
 - name: data
   mountPath: {{ include "ood-sidecar.dataDir" . }}
-{{- if (include "ood-sidecar.secretName" .) }}
+{{- if (include "ood-sidecar.hasSecrets" .) }}
 - name: secrets
   mountPath: {{ include "ood-sidecar.secretsDir" . }}
   readOnly: true

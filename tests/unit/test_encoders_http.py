@@ -130,7 +130,7 @@ def test_the_api_key_comes_from_a_secret_file_and_stays_hidden(
     assert s.embedding_server.api_key.get_secret_value() == "sk-from-the-file"
     assert "sk-from-the-file" not in repr(s) and "sk-from-the-file" not in str(s.model_dump())
     (tmp_path / "embedding_server__api_key").write_text("  \n")
-    with pytest.raises(ConfigError, match="embedding_server.api_key is set but empty"):
+    with pytest.raises(ConfigError, match=r"embedding_server\.api_key is set but empty"):
         load_settings()
 
 
@@ -160,7 +160,7 @@ def test_the_http_backend_needs_the_whole_settings_and_a_url() -> None:
     )
     with pytest.raises(ConfigError, match="no embedding_server settings"):
         load_encoder(ScoringSettings(encoder_backend="http"))
-    with pytest.raises(ConfigError, match="needs embedding_server.base_url"):
+    with pytest.raises(ConfigError, match=r"needs embedding_server\.base_url"):
         load_encoder(load_settings(scoring={"encoder_backend": "http"}))
 
 

@@ -115,7 +115,7 @@ async def test_a_batch_the_server_misses_follows_fail_mode(fail_mode: str, verdi
     server = Server(status=503)
     model = ProbedModel(vectors(list(PROBE_TEXTS), 0.0))
     scorer = BatchScorer(encoder(server), holder_with(model), POLICY, fail_mode=fail_mode)  # type: ignore[arg-type]
-    out = await scorer.score(raws("one", "two", "three") + [Raw(b"{nope", "q", 0, 9)])
+    out = await scorer.score([*raws("one", "two", "three"), Raw(b"{nope", "q", 0, 9)])
     try:
         assert [(v.verdict, v.reason, v.score) for v in out.verdicts] == [
             (verdict, "encoder_unavailable", None)

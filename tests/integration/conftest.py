@@ -43,3 +43,12 @@ def embedding_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     key = "sk-test-embeddings-7f3a"
     with EmbeddingServerProcess(log_path=log_path, max_batch=64, api_key=key) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def local_encoder() -> Any:
+    """The default encoder run locally (sentence-transformers on torch), loaded once: what
+    the embedding server's answers are compared with."""
+    from sidecar.encoders import SentenceTransformerEncoder
+
+    return SentenceTransformerEncoder()

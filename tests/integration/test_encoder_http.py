@@ -39,9 +39,9 @@ def server(embedding_server: Any) -> Iterator[Any]:
     embedding_server.reset()
 
 
-@pytest.fixture(scope="module")
-def local() -> SentenceTransformerEncoder:
-    return SentenceTransformerEncoder()
+@pytest.fixture
+def local(local_encoder: SentenceTransformerEncoder) -> SentenceTransformerEncoder:
+    return local_encoder
 
 
 def encoder(server: Any, **kw: Any) -> HttpEncoder:

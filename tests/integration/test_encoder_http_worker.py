@@ -37,10 +37,8 @@ def store_redis() -> Iterator[EmbeddedRedis]:
 
 
 @pytest.fixture(scope="module")
-def local() -> Any:
-    from sidecar.encoders import SentenceTransformerEncoder
-
-    return SentenceTransformerEncoder()
+def local(local_encoder: Any) -> Any:
+    return local_encoder
 
 
 @pytest.fixture(scope="module")

@@ -161,7 +161,15 @@ class HttpEncoder:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
-        verify: Any = ssl.create_default_context(cafile=str(ca_file)) if ca_file else True
+        verify: Any = True
+        if ca_file:
+            try:
+                verify = ssl.create_default_context(cafile=str(ca_file))
+            except (OSError, ssl.SSLError) as exc:
+                raise ConfigError(
+                    f"embedding_server.ca_file {str(ca_file)!r} is not a readable CA bundle: "
+                    f"{exc.strerror or exc}"
+                ) from None
         self._client = httpx.Client(
             headers=headers,
             timeout=httpx.Timeout(self.timeout_s),

@@ -134,6 +134,14 @@ def test_the_api_key_comes_from_a_secret_file_and_stays_hidden(
         load_settings()
 
 
+def test_a_ca_file_that_cannot_be_read_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not a readable CA bundle"):
+        HttpEncoder("mini", base_url=URL, ca_file=tmp_path / "missing.pem")
+    (tmp_path / "bad.pem").write_text("not a certificate")
+    with pytest.raises(ConfigError, match="not a readable CA bundle"):
+        HttpEncoder("mini", base_url=URL, ca_file=tmp_path / "bad.pem")
+
+
 def test_section_checks() -> None:
     with pytest.raises(ConfigError, match="backoff_s"):
         load_settings(embedding_server={"backoff_s": 9, "backoff_max_s": 1})

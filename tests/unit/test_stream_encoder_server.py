@@ -264,3 +264,22 @@ def test_a_refused_input_is_not_an_outage() -> None:
     with pytest.raises(EncoderInputRejected):
         enc.encode(["REFUSE"])
     assert enc.state().reachable is True
+
+
+def test_a_worker_with_an_embedding_server_loads_no_language_model() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from sidecar.settings import load_settings\n"
+        "from sidecar.stream import create_app\n"
+        "s = load_settings(scoring={'encoder_backend': 'http'},\n"
+        "                  embedding_server={'base_url': 'http://127.0.0.1:9/v1'})\n"
+        "create_app(s)\n"
+        "heavy = ('torch', 'onnxruntime', 'transformers', 'sentence_transformers')\n"
+        "print(' '.join(m for m in heavy if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == ""

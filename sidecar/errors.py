@@ -10,6 +10,10 @@
     │                               (retryable)
     ├── NotFittedError              a detector or subspace was used before ``fit``
     ├── EncoderMismatch             embeddings from another encoder than the model was built with
+    ├── EncoderUnavailable          the embedding server gave no vectors in time (retryable)
+    │   └── EncoderRefused          it refused this client: a wrong key, model or URL, or
+    │                               answers that are not embeddings (not retryable)
+    ├── EncoderInputRejected        the embedding server refused these texts (HTTP 400/413/422)
     ├── ModelNotLoaded              no active model for a KB the sidecar serves
     ├── BrokerError                 the Kafka broker (or the embedded one) failed (retryable)
     ├── StreamHalted                a batch could not be scored or delivered: the worker stops
@@ -58,6 +62,28 @@ class NotFittedError(SidecarError, AttributeError):
 
 class EncoderMismatch(SidecarError):
     """Embeddings come from a different encoder (name or dimension) than the model expects."""
+
+
+class EncoderUnavailable(SidecarError):
+    """The embedding server gave no vectors before the deadline: unreachable, overloaded
+    (429, 5xx) or too slow, after its retries. A worker answers such a batch with
+    ``scoring.fail_mode`` and reports itself not ready until the server answers again."""
+
+    retryable = True
+
+
+class EncoderRefused(EncoderUnavailable):
+    """The embedding server refused this client (HTTP 401, 403, 404, ...) or answered with
+    something that is not the embeddings asked for: the same request would fail again
+    until the server or the settings change."""
+
+    retryable = False
+
+
+class EncoderInputRejected(SidecarError):
+    """The embedding server refused the texts of one request (HTTP 400, 413, 422): an input
+    it will not take, not an outage. A worker retries such a batch query by query, so the
+    one it refuses goes to the dead-letter topic."""
 
 
 class ModelNotLoaded(SidecarError):

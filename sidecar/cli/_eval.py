@@ -15,6 +15,8 @@ from sidecar.cli._options import (
     check_output_file,
     criterion_option,
     encoder_option,
+    encoder_overrides,
+    encoder_url_option,
     features_option,
     neighbour_bank_option,
     no_progress_option,
@@ -60,6 +62,7 @@ from sidecar.cli._root import main
 )
 @click.option("--kbs", default=None, help="Comma-separated subset of the benchmark's KBs.")
 @encoder_option
+@encoder_url_option
 @criterion_option("PC selection for the searched detectors.")
 @target_frr_option
 @threshold_rule_option
@@ -125,6 +128,7 @@ def eval_command(
     detectors: str,
     kbs: str | None,
     encoder: str | None,
+    encoder_url: str | None,
     criterion: str,
     target_frr: float,
     threshold_rule: str,
@@ -155,7 +159,7 @@ def eval_command(
     check_output_file(json_out, "--json")
     if report_dir is not None:
         check_output_dir(report_dir, "--report")
-    settings = load_settings()
+    settings = load_settings(**encoder_overrides(None, encoder_url))
     cfg = EvalConfig(
         benchmark=benchmark,
         data_dir=data_dir,

@@ -20,6 +20,26 @@ encoder_option = click.option(
     help="Encoder name or local sentence-transformers dir [default: settings].",
 )
 
+encoder_url_option = click.option(
+    "--encoder-url",
+    default=None,
+    metavar="URL",
+    help="Embed through this OpenAI-compatible embedding server, as workers with "
+    "scoring.encoder_backend=http do (sets it and embedding_server.base_url; the key comes "
+    "from the settings) [default: settings].",
+)
+
+
+def encoder_overrides(encoder: str | None, encoder_url: str | None) -> dict[str, Any]:
+    """Settings overrides for ``--encoder`` and ``--encoder-url``."""
+    overrides: dict[str, Any] = {}
+    if encoder:
+        overrides["scoring"] = {"encoder": encoder}
+    if encoder_url is not None:
+        overrides.setdefault("scoring", {})["encoder_backend"] = "http"
+        overrides["embedding_server"] = {"base_url": encoder_url}
+    return overrides
+
 
 def criterion_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """``--criterion pvalue|evr|auto`` with the command's own help text."""

@@ -157,6 +157,10 @@ def configure_logging(level: str = "INFO", json_lines: bool = False) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    # httpx logs every request with its URL at INFO: one line per batch sent to an
+    # embedding server, and a key given as a query parameter would be in it.
+    if logging.getLevelName(level) != logging.DEBUG:
+        logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 class _JsonFormatter(logging.Formatter):

@@ -16,6 +16,8 @@ from sidecar.cli._options import (
     check_output_file,
     criterion_option,
     encoder_option,
+    encoder_overrides,
+    encoder_url_option,
     features_option,
     neighbour_bank_option,
     no_progress_option,
@@ -91,6 +93,7 @@ class _FitBar:
 )
 @click.option("--kb-name", default=None, help="KB id in the model store [default: settings].")
 @encoder_option
+@encoder_url_option
 @click.option(
     "--detector",
     default="combined",
@@ -252,13 +255,11 @@ def _check_options(opts: dict[str, Any]) -> None:
 
 
 def _load_settings(opts: dict[str, Any]) -> Any:
-    """The settings, with --encoder and the store options over them."""
+    """The settings, with --encoder, --encoder-url and the store options over them."""
     from sidecar.errors import ConfigError
     from sidecar.settings import load_settings
 
-    overrides: dict[str, Any] = {}
-    if opts["encoder"]:
-        overrides["scoring"] = {"encoder": opts["encoder"]}
+    overrides = encoder_overrides(opts["encoder"], opts["encoder_url"])
     store: dict[str, Any] = {}
     if opts["store_backend"]:
         store["backend"] = opts["store_backend"]

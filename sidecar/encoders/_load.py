@@ -44,11 +44,17 @@ def available_cpus() -> int:
     return n
 
 
-def load_encoder(scoring: Any, *, name: str | None = None, threads: int | None = None) -> Encoder:
-    """The encoder a ``ScoringSettings`` section asks for (backend, device, threads, dtype).
+def load_encoder(settings: Any, *, name: str | None = None, threads: int | None = None) -> Encoder:
+    """The encoder the settings ask for (backend, device, threads, dtype, server).
 
-    ``name`` and ``threads`` override ``scoring.encoder`` and ``scoring.encoder_threads``
-    (the training and evaluation jobs embed on every CPU: ``threads=available_cpus()``).
+    ``settings`` is the process's ``Settings`` or its ``ScoringSettings`` section alone;
+    the ``http`` backend needs the former (its ``embedding_server`` section). ``name`` and
+    ``threads`` override ``scoring.encoder`` and ``scoring.encoder_threads`` (the training
+    and evaluation jobs embed on every CPU: ``threads=available_cpus()``).
+
+    ``encoder_backend="http"`` asks the embedding server (:class:`HttpEncoder`); nothing
+    is sent until the first ``encode``, so a server that is down does not stop a worker
+    from starting.
 
     ``encoder_backend="auto"`` (the default) takes ONNX Runtime for a float32 encoder on
     the CPU, where it was faster at every batch size we measured, and falls back to torch,
@@ -63,9 +69,19 @@ def load_encoder(scoring: Any, *, name: str | None = None, threads: int | None =
         An unsupported explicit combination (e.g. bfloat16 with the onnx backend) or a
         missing package.
     """
-    threads = threads or encoder_threads(scoring.encoder_threads)
+    scoring = getattr(settings, "scoring", settings)
     name = name or scoring.encoder
     backend = scoring.encoder_backend
+    if backend == "http":
+        from sidecar.encoders._http import HttpEncoder
+
+        server = getattr(settings, "embedding_server", None)
+        if server is None:
+            raise ConfigError(
+                "scoring.encoder_backend=http: this command was given no embedding_server settings"
+            )
+        return HttpEncoder.from_settings(server, name=name)
+    threads = threads or encoder_threads(scoring.encoder_threads)
     if backend in ("onnx", "auto"):
         from sidecar.encoders._onnx import OnnxEncoder
 

@@ -113,7 +113,7 @@ def run_evaluation(settings: Settings, cfg: EvalConfig, *, progress: bool = True
     tasks = load_benchmark(cfg.benchmark, cfg.data_dir, cfg.split, **caps)
     tasks = select_kbs(tasks, cfg.kbs, cfg.benchmark)
     # The worker's backend (ONNX Runtime under `auto`), on every CPU.
-    enc = load_encoder(settings.scoring, name=cfg.encoder, threads=available_cpus())
+    enc = load_encoder(settings, name=cfg.encoder, threads=available_cpus())
     cache = EmbeddingCache(enc, cfg.cache_dir, progress=progress)
     groups: dict[Any, Any] = {}  # near-duplicate groups: the same for every seed
 

@@ -8,7 +8,7 @@ import dataclasses
 import logging
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
@@ -21,6 +21,7 @@ from model_store import (
     AsyncModelStore,
     StoreUnavailable,
 )
+from sidecar.errors import EncoderUnavailable
 from sidecar.hotswap._holder import LoadedModel, ModelHolder
 from sidecar.hotswap._model import ModelLoader, SwappableModel, default_loader
 from sidecar.persistence import check_threshold, warm_up
@@ -42,6 +43,12 @@ class ModelWatcher:
     encoder_probes : ndarray, optional
         The running encoder's embeddings of the probe sentences
         (``sidecar.scoring.embed_probes``); a model that recorded others is refused.
+    probe_encoder : async callable, optional
+        For an encoder whose weights can change behind it (an embedding server): asked
+        for the probe embeddings before every install, instead of ``encoder_probes``; the
+        width of its answer becomes the expected ``dim``. While it raises
+        ``EncoderUnavailable`` no model is installed, and the install is tried again at
+        the next sync.
     poll_interval_s : float
         Safety-net poll of the active pointers.
     warmup : bool
@@ -59,6 +66,7 @@ class ModelWatcher:
     _: KW_ONLY
     encoder: Mapping[str, Any]
     encoder_probes: np.ndarray | None = None
+    probe_encoder: Callable[[], Awaitable[np.ndarray]] | None = None
     poll_interval_s: float = 5.0
     warmup: bool = True
     loader: ModelLoader | None = None
@@ -129,6 +137,12 @@ class ModelWatcher:
         if failed is not None:
             raise failed
 
+    async def recheck(self) -> None:
+        """Forget the versions refused so far and sync every KB: the encoder changed (an
+        embedding server that answers again, or with other vectors)."""
+        self._rejected.clear()
+        await self.sync()
+
     # -- internals ------------------------------------------------------------------------
 
     async def _sync_kb(self, kb: str) -> None:
@@ -143,18 +157,24 @@ class ModelWatcher:
         current = self.holder.get(kb)
         if active is None or (current is not None and current.version == active):
             return
-        previous = self.holder.previous(kb)
-        if previous is not None and previous.version == active:
-            log.info("KB %s: back to the previous version %s (no fetch)", kb, active)
-            self.holder.install(dataclasses.replace(previous, loaded_at=time.time()))
-            return
         if self._rejected.get(kb) == active:
             return  # already refused; retried after the next event or reconnect
+        previous = self.holder.previous(kb)
         t0 = time.perf_counter()
         try:
+            if previous is not None and previous.version == active:
+                await self._check_probes(previous.model)
+                log.info("KB %s: back to the previous version %s (no fetch)", kb, active)
+                self.holder.install(dataclasses.replace(previous, loaded_at=time.time()))
+                return
             loaded = await self._load(kb, active)
         except StoreUnavailable:
             raise
+        except EncoderUnavailable as exc:
+            # Not the version's fault: not remembered as refused, tried again next sync.
+            self.holder.record_failure(kb, active, f"{type(exc).__name__}: {exc}")
+            log.warning("KB %s: version %s waits for the encoder: %s", kb, active, exc)
+            return
         except ArtifactNotFound as exc:  # e.g. deleted between pointer read and fetch
             self.holder.record_failure(kb, active, str(exc))
             log.warning(
@@ -200,15 +220,30 @@ class ModelWatcher:
         log.error("KB %s: refused version %s, keeping the current model: %s", kb, version, reason)
 
     async def _load(self, kb: str, version: str) -> LoadedModel:
+        probes = await self._running_probes()
         artifact = await self.store.get(kb, version, expected_encoder=self.encoder)
-        model = await asyncio.to_thread(self._build, artifact)
+        model = await asyncio.to_thread(self._build, artifact, probes)
         return LoadedModel(kb=kb, version=version, model=model, loaded_at=time.time())
 
-    def _build(self, artifact: Artifact) -> SwappableModel:
+    async def _running_probes(self) -> np.ndarray | None:
+        """The running encoder's probe embeddings: asked for now where they can change."""
+        if self.probe_encoder is None:
+            return self.encoder_probes
+        probes = np.asarray(await self.probe_encoder())
+        self.encoder = {"name": self.encoder["name"], "dim": int(probes.shape[1])}
+        return probes
+
+    async def _check_probes(self, model: SwappableModel) -> None:
+        """Check a model that is already built against the encoder's probes of now."""
+        if self.probe_encoder is not None:
+            probes = await self._running_probes()
+            model.check_encoder(str(self.encoder["name"]), int(self.encoder["dim"]), probes)
+
+    def _build(self, artifact: Artifact, probes: np.ndarray | None) -> SwappableModel:
         """Build, check and warm a model (runs in a worker thread)."""
         model = (self.loader or default_loader)(artifact)
         name, dim = str(self.encoder["name"]), int(self.encoder["dim"])
-        model.check_encoder(name, dim, probes=self.encoder_probes)
+        model.check_encoder(name, dim, probes=probes)
         if self.warmup:
             warm_up(model, dim)
         else:

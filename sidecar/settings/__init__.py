@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from sidecar.errors import ConfigError
+from sidecar.settings._embedding_server import EmbeddingServerSettings
 from sidecar.settings._fields import _ENV_ONLY, DEFAULT_ENCODER, mask_url_password
 from sidecar.settings._kafka import KafkaSettings
 from sidecar.settings._postgres import PostgresSettings
@@ -43,6 +44,7 @@ DEFAULT_SECRETS_DIR = Path("/run/secrets/sidecar")
 __all__ = [
     "DEFAULT_ENCODER",
     "DEFAULT_SECRETS_DIR",
+    "EmbeddingServerSettings",
     "ExplainSettings",
     "KafkaSettings",
     "LogSettings",
@@ -71,6 +73,7 @@ class Settings(BaseSettings):
     redis: RedisSettings = RedisSettings()
     store: StoreSettings = StoreSettings()
     scoring: ScoringSettings = ScoringSettings()
+    embedding_server: EmbeddingServerSettings = EmbeddingServerSettings()
     web: WebSettings = WebSettings()
     explain: ExplainSettings = ExplainSettings()
     log: LogSettings = LogSettings()

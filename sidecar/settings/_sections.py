@@ -134,11 +134,12 @@ class ScoringSettings(_Section):
         description="the KB ids this worker serves (a JSON list); each needs an active model",
     )
     default_kb: str = Field("default", description="KB of queries that name none")
-    encoder_backend: Literal["auto", "torch", "onnx"] = Field(
+    encoder_backend: Literal["auto", "torch", "onnx", "http"] = Field(
         "auto",
         description="onnx: the same encoder exported once and run by ONNX Runtime "
         "(embeddings checked against torch at every load); auto: onnx where it loads and "
-        "checks out for a float32 CPU encoder, torch otherwise (logged)",
+        "checks out for a float32 CPU encoder, torch otherwise (logged); http: the "
+        "embedding server of the embedding_server section",
     )
     onnx_cache_dir: Path = Field(
         Path("~/.cache/ood-sidecar/onnx"), description="where ONNX exports are kept"
@@ -168,7 +169,9 @@ class ScoringSettings(_Section):
         "reject", description="an over-long text: reject (dead letter too_long) or truncate"
     )
     fail_mode: Literal["closed", "open"] = Field(
-        "closed", description="verdict when no model is loaded: closed = OOD, open = ID"
+        "closed",
+        description="verdict when no model is loaded, or the embedding server gives no "
+        "vectors in time: closed = OOD, open = ID",
     )
 
     @field_validator("onnx_prebuilt_dir", mode="before")

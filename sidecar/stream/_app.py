@@ -63,8 +63,8 @@ def create_app(
     settings : Settings
         The process settings (Kafka, store, scoring, web, explain sections are used).
     encoder : Encoder, optional
-        Sentence encoder; default: ``load_encoder(settings.scoring)`` (loads the model now,
-        seconds).
+        Sentence encoder; default: ``load_encoder(settings)`` (loads the model now,
+        seconds; an embedding server is not asked until the worker starts).
     holder : ModelHolder, optional
         Active model per KB; default: a new ``ModelHolder(settings.scoring.kbs)``.
     store : AsyncModelStore, optional
@@ -109,17 +109,36 @@ def _runtime(settings: Settings, *, encoder: Any, holder: Any, store: Any) -> Ru
 
     sc = settings.scoring
     if encoder is None:
-        encoder = load_encoder(sc)
+        encoder = load_encoder(settings)
     holder = holder if holder is not None else ModelHolder(sc.kbs)
     store = store if store is not None else open_async_store(settings)
+    if getattr(encoder, "remote", False):
+        # A server's weights can change behind its URL: its probes are asked for before
+        # every install, and its width is the one they have.
+        identity = {"name": encoder.name, "dim": encoder.known_dim or 0}
+        probes, probe_encoder = None, _probe_call(encoder)
+    else:
+        identity = {"name": encoder.name, "dim": encoder.dim}
+        probes, probe_encoder = embed_probes(encoder.encode), None
     watcher = ModelWatcher(
         store,
         holder,
-        encoder={"name": encoder.name, "dim": encoder.dim},
-        encoder_probes=embed_probes(encoder.encode),
+        encoder=identity,
+        encoder_probes=probes,
+        probe_encoder=probe_encoder,
         poll_interval_s=settings.store.poll_interval_s,
     )
     return Runtime(settings, encoder=encoder, holder=holder, store=store, watcher=watcher)
+
+
+def _probe_call(encoder: Any) -> Any:
+    """The remote encoder's probe embeddings, asked for off the event loop."""
+    import asyncio
+
+    async def probe() -> Any:
+        return await asyncio.to_thread(encoder.probe)
+
+    return probe
 
 
 def _faust_app(settings: Settings) -> faust.App:
@@ -233,11 +252,27 @@ def _register_explain_agent(app: faust.App, settings: Settings) -> None:
 
 
 def _watcher_service(rt: Runtime, *, close_store: bool) -> Any:
-    """A mode service that runs the model watcher for as long as the app runs."""
+    """A mode service that runs the model watcher for as long as the app runs (and the
+    embedding server's checks, after whose first answer the watcher starts)."""
+    import asyncio
+
     import mode
 
     class ModelWatcherService(mode.Service):
         async def on_start(self) -> None:
+            if rt.remote_encoder:
+                # Not awaited here: the web views must answer while the server is down.
+                self._background = [
+                    asyncio.create_task(rt.watch_encoder(), name="encoder-checks"),
+                    asyncio.create_task(self._start_watcher(), name="model-watcher-start"),
+                ]
+                return
+            await self._start_watcher()
+
+        async def _start_watcher(self) -> None:
+            if rt.remote_encoder:
+                # Models are checked against the server's vectors: it must answer first.
+                await rt.encoder_ready.wait()
             try:
                 await rt.watcher.start()
             except Exception:
@@ -246,6 +281,8 @@ def _watcher_service(rt: Runtime, *, close_store: bool) -> Any:
                 rt.models_loaded.set()
 
         async def on_stop(self) -> None:
+            for task in getattr(self, "_background", []):
+                task.cancel()
             await rt.watcher.stop()
             if close_store:
                 await rt.store.close()

@@ -22,6 +22,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from sidecar.errors import EncoderUnavailable
 from sidecar.stream._records import (
     NO_MODEL,
     PARSE_FAILED,
@@ -40,6 +41,8 @@ from sidecar.stream._records import (
 log = logging.getLogger(__name__)
 
 STAGES = ("decode", "encode", "detect", "produce")
+# Verdict reason when fail_mode decided because the embedding server gave no vectors in time.
+ENCODER_UNAVAILABLE = "encoder_unavailable"
 
 
 class ScoringModel(Protocol):
@@ -125,7 +128,9 @@ class BatchScorer:
     policy : InputPolicy
         What counts as a valid query.
     fail_mode : {"closed", "open"}
-        Verdict for a KB without a loaded model: closed = OOD, open = ID (reason ``no_model``).
+        Verdict for a KB without a loaded model: closed = OOD, open = ID (reason
+        ``no_model``); also for a batch the encoder raised ``EncoderUnavailable`` on (reason
+        ``encoder_unavailable``: an embedding server that gave no vectors in time).
     encode_batch_size : int
         Batch size handed to the encoder.
     """
@@ -167,7 +172,13 @@ class BatchScorer:
 
         if scored:
             queries = [_as_query(parsed[i]) for i in scored]
-            embeddings, failed = await self._encode(queries)
+            try:
+                embeddings, failed = await self._encode(queries)
+            except EncoderUnavailable as exc:
+                log.warning("%s queries answered by fail_mode: %s", len(queries), exc)
+                for j, q in enumerate(queries):
+                    results[scored[j]] = self._fail_mode_verdict(q, ENCODER_UNAVAILABLE)
+                embeddings, failed, queries = None, {}, []
             t2 = time.perf_counter()
             out.timings["encode"] = t2 - t1
             for j, err in failed.items():
@@ -189,9 +200,9 @@ class BatchScorer:
                 raise AssertionError("a record left the batch without a decision")
         return out
 
-    def _fail_mode_verdict(self, q: Query) -> Verdict:
+    def _fail_mode_verdict(self, q: Query, reason: str = NO_MODEL) -> Verdict:
         verdict: Literal["ID", "OOD"] = "OOD" if self.fail_mode == "closed" else "ID"
-        return Verdict(q, verdict, None, None, None, None, reason=NO_MODEL)
+        return Verdict(q, verdict, None, None, None, None, reason=reason)
 
     async def _encode(self, queries: list[Query]) -> tuple[np.ndarray | None, dict[int, str]]:
         """Embed all texts; on failure retry one by one. Returns (E, {index: error})."""
@@ -199,6 +210,8 @@ class BatchScorer:
         try:
             E = await self.encoder_thread.encode(texts, batch_size=self.encode_batch_size)
             return _check_rows(E, len(texts)), {}
+        except EncoderUnavailable:
+            raise  # the whole batch waited for the server; one by one would wait again
         except Exception as exc:  # an encoder failure must not drop the batch
             log.warning(
                 "batch encode of %s texts failed (%s); retrying one by one", len(texts), exc
@@ -209,6 +222,8 @@ class BatchScorer:
             try:
                 e = await self.encoder_thread.encode([text], batch_size=1)
                 rows.append(_check_rows(e, 1)[0])
+            except EncoderUnavailable:
+                raise
             except Exception as exc:
                 failed[j] = f"{type(exc).__name__}: {exc}"
                 rows.append(None)

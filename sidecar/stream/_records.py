@@ -7,7 +7,8 @@ Input (``kafka.queries_topic``), JSON::
 Verdict (``kafka.verdicts_topic``, keyed by ``id``, header ``model_version``)::
 
     {"id", "kb", "verdict": "ID"|"OOD", "score", "threshold", "detector",
-     "model_version", "latency_ms", "ts"}   (+ "truncated": true, + "reason": "no_model")
+     "model_version", "latency_ms", "ts"}
+    (+ "truncated": true, + "reason": "no_model" | "encoder_unavailable")
 
 Dead letter (``kafka.dlq_topic``)::
 

@@ -2,6 +2,11 @@
 
 See :mod:`sidecar.stream._app` for the processing guarantee this implements (holds on
 messages, acks after delivery, the halt on a batch that cannot be scored or delivered).
+
+An encoder behind an embedding server (``remote``) is also watched here: the worker
+consumes nothing until the server first answers, ``/readyz`` follows its answers, and a
+server whose vectors stop matching the models in service is suspended (its batches get
+``scoring.fail_mode`` verdicts) until they match again.
 """
 
 from __future__ import annotations
@@ -13,7 +18,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sidecar.errors import StreamHalted
+import numpy as np
+
+from sidecar.errors import EncoderMismatch, StreamHalted
 from sidecar.settings import Settings
 from sidecar.stream._batch import BatchScorer
 from sidecar.stream._metrics import StreamMetrics
@@ -24,6 +31,10 @@ log = logging.getLogger(__name__)
 
 # How long the scoring agent waits for the first model load before fail_mode applies.
 _INITIAL_LOAD_WAIT_S = 60.0
+# An embedding server that does not answer is asked again this often (at most).
+_ENCODER_RETRY_S = 1.0
+# Probe vectors this close to the last ones are the same server weights.
+_SAME_PROBES_COSINE = 0.9999
 
 
 class Runtime:
@@ -62,6 +73,9 @@ class Runtime:
         self.next_offset: dict[tuple[str, int], int] = {}
         self.batches = 0
         self.encoder_warm = False
+        # Set once the encoder has answered (at once for a local one; see watch_encoder).
+        self.encoder_ready = asyncio.Event()
+        self._encoder_probes: np.ndarray | None = None
         self._inflight: asyncio.Future[None] | None = None
         # Why the worker halted (None while it runs); see halt().
         self.halted: str | None = None
@@ -69,13 +83,101 @@ class Runtime:
         # for the held records).
         self.on_halt: Callable[[str], None] | None = None
 
+    @property
+    def remote_encoder(self) -> bool:
+        """Whether the encoder is an embedding server (whose weights may change)."""
+        return bool(getattr(self.encoder, "remote", False))
+
     async def warm_up(self) -> None:
-        """Run the encoder once at full batch size, on its thread: torch's first call is slow."""
+        """Run the encoder once at full batch size, on its thread: torch's first call is slow.
+
+        An embedding server has nothing to warm here: this waits until it has answered
+        (:meth:`watch_encoder`), so queries wait in Kafka while it cannot.
+        """
+        if self.remote_encoder:
+            await self.encoder_ready.wait()
+            self.encoder_warm = True
+            return
         texts = ["warm-up query for the sidecar encoder"] * self.settings.scoring.batch_max
         t0 = time.perf_counter()
         await self.scorer.encoder_thread.encode(texts, batch_size=len(texts))
         self.encoder_warm = True
+        self.encoder_ready.set()
         log.info("encoder warm-up took %.0f ms", (time.perf_counter() - t0) * 1000)
+
+    def encoder_check(self) -> dict[str, Any]:
+        """The ``/readyz`` encoder check: warm, and for a server, answering with the
+        vectors of the models in service."""
+        check: dict[str, Any] = {
+            "ok": self.encoder_warm,
+            "name": self.encoder.name,
+            "backend": getattr(self.encoder, "backend", None),
+        }
+        if self.remote_encoder:
+            server = self.encoder.describe()
+            check["ok"] = bool(
+                self.encoder_warm and server["reachable"] and server["suspended"] is None
+            )
+            check["server"] = server
+        return check
+
+    async def watch_encoder(self) -> None:
+        """Ask an embedding server for the probe sentences every ``check_interval_s``, and
+        every second while it does not answer, for as long as the worker runs.
+
+        Its answer sets ``encoder_ready``; the encoder is suspended while the vectors differ
+        from a model in service and resumed when they match again; and after an outage, or
+        when the vectors changed, the watcher retries the versions it could not install.
+        """
+        server = self.settings.embedding_server
+        quick = min(server.timeout_s, server.deadline_s)
+        while True:
+            down = self.encoder.state().reachable is False  # also after a failed batch
+            try:
+                probes = await asyncio.to_thread(self.encoder.probe, deadline_s=quick)
+            except Exception as exc:  # the encoder recorded why; /readyz shows it
+                log.debug("embedding server check failed: %s", exc)
+            else:
+                await self._encoder_answered(np.asarray(probes), back=down)
+            await self._until_next_check(server.check_interval_s)
+
+    async def _until_next_check(self, interval_s: float) -> None:
+        """Sleep ``interval_s``, or a second while the server does not answer."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + interval_s
+        while (left := end - loop.time()) > 0:
+            await asyncio.sleep(min(_ENCODER_RETRY_S, left))
+            if self.encoder.state().reachable is False:
+                return
+
+    async def _encoder_answered(self, probes: np.ndarray, *, back: bool) -> None:
+        from sidecar.scoring import probe_cosines
+
+        self.encoder.suspend(self._models_refusing(probes))
+        last, self._encoder_probes = self._encoder_probes, probes
+        changed = last is not None and (
+            last.shape != probes.shape
+            or not float(np.min(probe_cosines(last, probes))) >= _SAME_PROBES_COSINE
+        )
+        if not self.encoder_ready.is_set():
+            self.encoder_ready.set()  # the first answer: the watcher starts after it
+            return
+        if changed or back:
+            why = "changed its vectors" if changed else "answers again"
+            log.info("embedding server %s: trying the models it held back again", why)
+            try:
+                await self.watcher.recheck()
+            except Exception as exc:  # the watcher's own loops retry; say it once here
+                log.warning("re-checking the models failed: %s", exc)
+
+    def _models_refusing(self, probes: np.ndarray) -> str | None:
+        """Why the server's probe vectors do not fit a model in service, or None."""
+        for kb, loaded in sorted(self.holder.snapshot().items()):
+            try:
+                loaded.model.check_encoder(self.encoder.name, probes.shape[1], probes)
+            except EncoderMismatch as exc:
+                return f"its vectors no longer match version {loaded.version} of KB {kb}: {exc}"
+        return None
 
     async def wait_models(self, timeout_s: float = _INITIAL_LOAD_WAIT_S) -> None:
         """Let the first load finish before consuming (else early queries get fail_mode)."""

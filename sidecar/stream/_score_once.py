@@ -35,7 +35,7 @@ def score_once(
     kb = model.kb
     # The worker's encoder: the model records only its name, which for a local directory
     # is the folder's name, not a path to load it from.
-    encoder = load_encoder(settings.scoring)
+    encoder = load_encoder(settings)
     model.check_encoder(encoder.name, encoder.dim, probes=embed_probes(encoder.encode))
     loaded = LoadedModel(kb=kb, version=version, model=model, loaded_at=time.time())
 

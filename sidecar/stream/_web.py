@@ -75,11 +75,7 @@ async def readiness(app: faust.App, rt: Runtime) -> dict[str, Any]:
         "models": {"ok": all(models.values()), "active": models},
         "store": {"ok": store_ok, "error": store_err},
         "stream": {"ok": rt.halted is None, "halted": rt.halted},
-        "encoder": {
-            "ok": rt.encoder_warm,
-            "name": rt.encoder.name,
-            "backend": getattr(rt.encoder, "backend", None),
-        },
+        "encoder": rt.encoder_check(),
     }
     return {"ready": all(c["ok"] for c in checks.values()), "checks": checks}
 

@@ -67,6 +67,9 @@ class TrainInputs:
     # The probe sentences' embeddings by the encoder that embedded the texts (see
     # sidecar.scoring._probes); None when the inputs came as embeddings only.
     encoder_probes: np.ndarray | None = None
+    # Where that encoder ran, for the report: {"backend"} and, for an embedding server,
+    # its masked "url", the "model" asked for and the "served_model" it named.
+    encoder_source: dict[str, Any] | None = None
 
 
 @dataclass

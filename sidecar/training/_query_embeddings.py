@@ -90,7 +90,7 @@ class QueryEmbeddings:
             from sidecar.encoders import available_cpus, load_encoder
             from sidecar.training._cache import EmbeddingCache
 
-            enc = load_encoder(self.settings.scoring, name=self.encoder, threads=available_cpus())
+            enc = load_encoder(self.settings, name=self.encoder, threads=available_cpus())
             cache = EmbeddingCache(enc, self.cache_dir, progress=self.progress)
             # Before any query is embedded: the probes as `sidecar train` embedded them
             # (the model first, then the cache's folder, so that a wrong encoder is not

@@ -94,7 +94,7 @@ def _check_probes(
     if model.encoder_probes is None or tuple(model.encoder_probe_texts) != PROBE_TEXTS:
         return  # trained from embeddings, or by a release without probes
     try:
-        encoder = load_encoder(settings.scoring)
+        encoder = load_encoder(settings)
         running = embed_probes(encoder.encode)
     except (SidecarError, OSError, RuntimeError) as exc:  # e.g. an ONNX export that failed
         if note is not None:

@@ -186,16 +186,19 @@ def load_inputs(
             inputs[what] = None if chosen is None else _read(what, *chosen, pg, progress)
     t0 = time.perf_counter()
     name = str(sources.encoder or settings.scoring.encoder)
-    probes = None
+    probes, source = None, None
     read = {w: i for w, i in inputs.items() if i is not None}
     if any(i.rows is not None for i in read.values()):
-        enc_record, probes = _embed(read, settings, name, sources, progress, encoder)
+        enc_record, probes, source = _embed(read, settings, name, sources, progress, encoder)
     else:
-        from sidecar.encoders import encoder_dim, resolve_encoder_path
+        from sidecar.encoders import encoder_dim, encoder_label, resolve_encoder_path
 
         kb_arr = read["KB"].array
         assert kb_arr is not None
-        enc_record = {"name": resolve_encoder_path(name)[0], "dim": int(kb_arr.shape[1])}
+        # A server's model need not be on this machine: its name is the setting's label.
+        remote = settings.scoring.encoder_backend == "http"
+        label = encoder_label(name) if remote else resolve_encoder_path(name)[0]
+        enc_record = {"name": label, "dim": int(kb_arr.shape[1])}
         _check_width(enc_record, encoder_dim(name), publish=sources.publish)
     embed_s = time.perf_counter() - t0
     _check_dims(read, enc_record, embedded=probes is not None)
@@ -213,6 +216,7 @@ def load_inputs(
         id_groups=id_q.rows.groups if id_q.rows else None,
         ood_groups=ood.rows.groups if ood is not None and ood.rows else None,
         encoder_probes=probes,
+        encoder_source=source,
     )
     log.info(
         "training inputs: %s KB docs, %s ID, %s OOD queries",
@@ -230,13 +234,14 @@ def _embed(
     sources: InputSources,
     progress: bool,
     encoder: Any,
-) -> tuple[dict[str, Any], np.ndarray]:
+) -> tuple[dict[str, Any], np.ndarray, dict[str, Any]]:
     """Embed the inputs that are texts alone, and check a sample of those that came with
-    embeddings; the encoder's record and its probe embeddings."""
+    embeddings; the encoder's record, its probe embeddings and where it ran (the backend;
+    for an embedding server its URL and model names)."""
     from sidecar.encoders import available_cpus, embed_probes, load_encoder
 
     # The worker's backend (ONNX Runtime under `auto`), on every CPU the job has.
-    enc = encoder or load_encoder(settings.scoring, name=name, threads=available_cpus())
+    enc = encoder or load_encoder(settings, name=name, threads=available_cpus())
     cache = None
     descs = {"KB": "encoding KB", "ID": "encoding ID queries", "OOD": "encoding OOD queries"}
     for what, given in inputs.items():
@@ -252,7 +257,12 @@ def _embed(
     # The cache checked its vectors against them, and the sample check the stored ones:
     # they are the encoder's that made the vectors.
     probes = cache.probes() if cache is not None else embed_probes(enc.encode)
-    return {"name": enc.name, "dim": enc.dim}, probes
+    source: dict[str, Any] = {"backend": getattr(enc, "backend", None)}
+    describe = getattr(enc, "describe", None)
+    if callable(describe):  # an embedding server: which one, and what it calls the model
+        server = describe()
+        source.update({k: server[k] for k in ("url", "model", "served_model")})
+    return {"name": enc.name, "dim": enc.dim}, probes, source
 
 
 def _check_dims(

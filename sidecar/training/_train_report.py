@@ -208,6 +208,7 @@ def _summary(
     return {
         "kb": inputs.kb_name,
         "encoder": inputs.encoder["name"],
+        **({"encoder_source": inputs.encoder_source} if inputs.encoder_source else {}),
         "detector": model.detector_name,
         "criterion": model.criterion,
         **({"criterion_requested": cfg.criterion} if cfg.criterion != model.criterion else {}),

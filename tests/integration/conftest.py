@@ -1,12 +1,14 @@
-"""Real parts for integration tests: the embedded Tansu broker and a private redis-server.
+"""Real parts for integration tests: the embedded Tansu broker, a private redis-server and
+an OpenAI-compatible embeddings server running the real default encoder.
 
-Both run as child processes on free ports on 127.0.0.1 and are stopped by pid. Nothing
+All run as child processes on free ports on 127.0.0.1 and are stopped by pid. Nothing
 here mocks a Kafka or Redis client.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -28,3 +30,25 @@ def redis_server() -> Iterator[EmbeddedRedis]:
     """A fresh, empty redis-server per test (restartable with ``stop()`` / ``start()``)."""
     with EmbeddedRedis() as r:
         yield r
+
+
+@pytest.fixture(scope="session")
+def embedding_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real OpenAI-compatible embeddings server running the default encoder, as a child
+    process (``tests/support/embedding_server.py``) that wants ``server.api_key`` as a
+    bearer token; tests switch its faults on and off and reset it."""
+    from support.embedding_server import EmbeddingServerProcess
+
+    log_path = tmp_path_factory.mktemp("embedding-server") / "server.log"
+    key = "sk-test-embeddings-7f3a"
+    with EmbeddingServerProcess(log_path=log_path, max_batch=64, api_key=key) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def local_encoder() -> Any:
+    """The default encoder run locally (sentence-transformers on torch), loaded once: what
+    the embedding server's answers are compared with."""
+    from sidecar.encoders import SentenceTransformerEncoder
+
+    return SentenceTransformerEncoder()

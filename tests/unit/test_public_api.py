@@ -8,8 +8,10 @@ PUBLIC = {
     "sidecar.encoders": [
         "DEFAULT_ENCODER",
         "Encoder",
+        "HttpEncoder",
         "OnnxEncoder",
         "SentenceTransformerEncoder",
+        "ServerState",
         "available_cpus",
         "embed_probes",
         "encoder_dim",

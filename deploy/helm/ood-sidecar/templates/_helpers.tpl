@@ -60,6 +60,20 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
+{{/* The Secret key that holds the embedding server's API key, or "" (see apiKeySecret). */}}
+{{- define "ood-sidecar.apiKeySecret" -}}
+{{- with .Values.embeddingServer }}
+{{- if and .enabled .apiKeySecret.name }}
+{{- .apiKeySecret.name }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* "true" when secret files are mounted at all. */}}
+{{- define "ood-sidecar.hasSecrets" -}}
+{{- if or (include "ood-sidecar.secretName" .) (include "ood-sidecar.apiKeySecret" .) }}true{{ end }}
+{{- end }}
+
 {{/* Directory the secret files are read from (sidecar.settings.DEFAULT_SECRETS_DIR). */}}
 {{- define "ood-sidecar.secretsDir" -}}
 /run/secrets/sidecar
@@ -101,15 +115,18 @@ postgres__password). */}}
   emptyDir:
     sizeLimit: {{ .ctx.Values.dataSizeLimit }}
 {{- $secret := include "ood-sidecar.secretName" .ctx }}
-{{- with .dsnSecret }}
+{{- $apiKey := include "ood-sidecar.apiKeySecret" .ctx }}
+{{- if or .dsnSecret $apiKey }}
+{{- /* One directory for all: the settings read secret files from one place. */}}
 - name: secrets
   projected:
     defaultMode: 0440
     sources:
-      {{- if $secret }}
+      {{- with $secret }}
       - secret:
-          name: {{ $secret }}
+          name: {{ . }}
       {{- end }}
+      {{- with .dsnSecret }}
       - secret:
           name: {{ .name }}
           items:
@@ -119,12 +136,21 @@ postgres__password). */}}
             - key: {{ .passwordKey }}
               path: postgres__password
             {{- end }}
+      {{- end }}
+      {{- with $apiKey }}
+      - secret:
+          name: {{ . }}
+          items:
+            - key: {{ $.ctx.Values.embeddingServer.apiKeySecret.key }}
+              path: embedding_server__api_key
+      {{- end }}
 {{- else }}
 {{- with $secret }}
 - name: secrets
   secret:
     secretName: {{ . }}
     defaultMode: 0440
+{{- end }}
 {{- end }}
 {{- with .ctx.Values.redis.tlsSecret }}
 - name: redis-tls
@@ -133,14 +159,13 @@ postgres__password). */}}
     defaultMode: 0440
 {{- end }}
 {{- end }}
-{{- end }}
 
 {{- define "ood-sidecar.volumeMounts" -}}
 - name: tmp
   mountPath: /tmp
 - name: data
   mountPath: {{ include "ood-sidecar.dataDir" . }}
-{{- if (include "ood-sidecar.secretName" .) }}
+{{- if (include "ood-sidecar.hasSecrets" .) }}
 - name: secrets
   mountPath: {{ include "ood-sidecar.secretsDir" . }}
   readOnly: true

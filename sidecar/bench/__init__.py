@@ -6,10 +6,12 @@ the detectors' speed (:func:`run_detectors_bench`), training at scale
 (:func:`run_train_scale_bench`), recalibration on live queries
 (:func:`run_recalibration_bench`), the rule miners against brute force
 (:func:`run_rules_bench`), the worker end to end on the embedded broker
-(:func:`run_e2e_bench`, with :func:`measure_encoder` as its encoder-only child) and a
-live model swap under load (:func:`run_swap_bench`).
+(:func:`run_e2e_bench`, with :func:`measure_encoder` as its encoder-only child), a
+live model swap under load (:func:`run_swap_bench`) and adversarial prompts against every
+benchmark KB (:func:`run_adversarial_bench`).
 """
 
+from sidecar.bench._adversarial import AdversarialBenchConfig, run_adversarial_bench
 from sidecar.bench._detectors import DetectorsBenchConfig, run_detectors_bench
 from sidecar.bench._e2e import E2EBenchConfig, run_e2e_bench
 from sidecar.bench._e2e_encoder import measure_encoder
@@ -19,6 +21,7 @@ from sidecar.bench._swap import SwapBenchConfig, run_swap_bench
 from sidecar.bench._train_scale import TrainScaleBenchConfig, run_train_scale_bench
 
 __all__ = [
+    "AdversarialBenchConfig",
     "DetectorsBenchConfig",
     "E2EBenchConfig",
     "RecalibrationBenchConfig",
@@ -26,6 +29,7 @@ __all__ = [
     "SwapBenchConfig",
     "TrainScaleBenchConfig",
     "measure_encoder",
+    "run_adversarial_bench",
     "run_detectors_bench",
     "run_e2e_bench",
     "run_recalibration_bench",

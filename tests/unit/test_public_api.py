@@ -62,6 +62,7 @@ PUBLIC = {
         "write_eval_report",
     ],
     "sidecar.bench": [
+        "AdversarialBenchConfig",
         "DetectorsBenchConfig",
         "E2EBenchConfig",
         "RecalibrationBenchConfig",
@@ -69,6 +70,7 @@ PUBLIC = {
         "SwapBenchConfig",
         "TrainScaleBenchConfig",
         "measure_encoder",
+        "run_adversarial_bench",
         "run_detectors_bench",
         "run_e2e_bench",
         "run_recalibration_bench",

@@ -30,7 +30,10 @@ settings.register_profile(
     derandomize=bool(os.environ.get("CI")),
     **_FUZZ,
 )
-settings.register_profile("long", max_examples=100_000, **_FUZZ)
+# HYPOTHESIS_MAX_EXAMPLES sets another count for it (a shorter run on a busy machine).
+settings.register_profile(
+    "long", max_examples=int(os.environ.get("HYPOTHESIS_MAX_EXAMPLES", "100000")), **_FUZZ
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "bounded"))
 
 REPO = Path(__file__).resolve().parents[1]

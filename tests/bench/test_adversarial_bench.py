@@ -19,6 +19,7 @@ from sidecar.bench._adversarial import read_prompts, training_texts
 from sidecar.cli import main
 from sidecar.errors import ConfigError, DataError
 from sidecar.evaluation import KBTask
+from sidecar.scoring import PROBE_TEXTS
 
 DIM = 16
 DOMAINS = {"alpha": ["a1", "a2"], "beta": ["b1", "b2"], "gamma": ["g1", "g2"]}
@@ -122,7 +123,7 @@ def test_report_shape_and_rates(tmp_path: Path) -> None:
     # a second run takes every embedding from the cache
     before = enc.encoded
     run_adversarial_bench(config, encoder=enc, warn=lambda _l: None)
-    assert enc.encoded - before == len(__import__("sidecar.scoring").scoring.PROBE_TEXTS)
+    assert enc.encoded - before == len(PROBE_TEXTS)  # the cache's check of the encoder only
 
 
 def test_cli_writes_the_report_and_prints_one_line_per_kb(

@@ -15,10 +15,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 # Hypothesis profiles, chosen with HYPOTHESIS_PROFILE (tests that set max_examples
-# themselves keep it). "bounded", the default: the few hundred examples per property
-# that the CI run affords (the record fuzz, tests/unit/test_records_fuzz.py, takes
-# seconds); "long": 100,000 examples per property (the record fuzz's long run, see
-# docs/research/hostile-input.md).
+# themselves keep it). "bounded", the default: 80 examples per property, what the CI run
+# affords (the record fuzz, tests/unit/test_records_fuzz.py, takes seconds); "long":
+# 100,000 per property (the record fuzz's long run, see docs/research/hostile-input.md).
 _FUZZ = {
     "deadline": None,  # a 1 MB record takes milliseconds; timing is not the property
     "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],

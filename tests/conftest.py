@@ -8,10 +8,32 @@ from pathlib import Path
 
 import pytest
 from click.testing import Result
+from hypothesis import HealthCheck, settings
 
 # Nothing in the tests may reach a model hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+# Hypothesis profiles, chosen with HYPOTHESIS_PROFILE (tests that set max_examples
+# themselves keep it). "bounded", the default: 80 examples per property, what the CI run
+# affords (the record fuzz, tests/unit/test_records_fuzz.py, takes seconds); "long":
+# 100,000 per property (the record fuzz's long run, see docs/research/hostile-input.md).
+_FUZZ = {
+    "deadline": None,  # a 1 MB record takes milliseconds; timing is not the property
+    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
+}
+settings.register_profile(
+    "bounded",
+    max_examples=80,
+    # the same examples on every CI run (a new failure is a new bug, not a new draw)
+    derandomize=bool(os.environ.get("CI")),
+    **_FUZZ,
+)
+# HYPOTHESIS_MAX_EXAMPLES sets another count for it (a shorter run on a busy machine).
+settings.register_profile(
+    "long", max_examples=int(os.environ.get("HYPOTHESIS_MAX_EXAMPLES", "100000")), **_FUZZ
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "bounded"))
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"

@@ -7,11 +7,13 @@ the detectors' speed (:func:`run_detectors_bench`), training at scale
 (:func:`run_recalibration_bench`), the rule miners against brute force
 (:func:`run_rules_bench`), the worker end to end on the embedded broker
 (:func:`run_e2e_bench`, with :func:`measure_encoder` as its encoder-only child, and
-:func:`run_e2e_batch_sweep` over batch sizes), a
-live model swap under load (:func:`run_swap_bench`) and the training inputs streamed from
-PostgreSQL and Parquet (:func:`run_train_sources_bench`).
+:func:`run_e2e_batch_sweep` over batch sizes), a live model swap under load
+(:func:`run_swap_bench`), the training inputs streamed from PostgreSQL and Parquet
+(:func:`run_train_sources_bench`) and adversarial prompts against every benchmark KB
+(:func:`run_adversarial_bench`).
 """
 
+from sidecar.bench._adversarial import AdversarialBenchConfig, run_adversarial_bench
 from sidecar.bench._detectors import DetectorsBenchConfig, run_detectors_bench
 from sidecar.bench._e2e import E2EBenchConfig, run_e2e_batch_sweep, run_e2e_bench
 from sidecar.bench._e2e_encoder import measure_encoder
@@ -22,6 +24,7 @@ from sidecar.bench._train_scale import TrainScaleBenchConfig, run_train_scale_be
 from sidecar.bench._train_sources import TrainSourcesBenchConfig, run_train_sources_bench
 
 __all__ = [
+    "AdversarialBenchConfig",
     "DetectorsBenchConfig",
     "E2EBenchConfig",
     "RecalibrationBenchConfig",
@@ -30,6 +33,7 @@ __all__ = [
     "TrainScaleBenchConfig",
     "TrainSourcesBenchConfig",
     "measure_encoder",
+    "run_adversarial_bench",
     "run_detectors_bench",
     "run_e2e_batch_sweep",
     "run_e2e_bench",

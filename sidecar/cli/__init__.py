@@ -2,6 +2,7 @@
 
 # Command modules register themselves on ``main`` / ``bench`` when imported.
 from sidecar.cli import (  # noqa: F401  (imported for registration)
+    _bench_adversarial,
     _bench_detectors,
     _bench_e2e,
     _bench_recalibration,

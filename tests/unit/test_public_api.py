@@ -64,6 +64,7 @@ PUBLIC = {
         "write_eval_report",
     ],
     "sidecar.bench": [
+        "AdversarialBenchConfig",
         "DetectorsBenchConfig",
         "E2EBenchConfig",
         "RecalibrationBenchConfig",
@@ -72,6 +73,7 @@ PUBLIC = {
         "TrainScaleBenchConfig",
         "TrainSourcesBenchConfig",
         "measure_encoder",
+        "run_adversarial_bench",
         "run_detectors_bench",
         "run_e2e_batch_sweep",
         "run_e2e_bench",

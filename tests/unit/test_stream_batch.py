@@ -4,66 +4,12 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
-import numpy as np
 import pytest
+from support.stream_fakes import FakeEncoder, FakeLoaded, FakeModel, holder
 
 from sidecar.stream import BatchScorer, DeadLetter, InputPolicy, Raw, Verdict
 from sidecar.stream import _records as r
-
-
-class FakeEncoder:
-    """Embeds a text as [len/10, 1, 0, 0]; raises on any batch containing 'POISON'."""
-
-    name, dim = "fake", 4
-
-    def __init__(self, on_encode: object = None) -> None:
-        self.threads: list[int] = []
-        self.calls: list[int] = []
-        self.on_encode = on_encode
-
-    def encode(self, texts: Sequence[str], *, batch_size: int = 64) -> np.ndarray:
-        self.threads.append(threading.get_ident())
-        self.calls.append(len(texts))
-        if callable(self.on_encode):
-            self.on_encode()
-        if any("POISON" in t for t in texts):
-            raise RuntimeError("tokenizer exploded")
-        return np.array([[len(t) / 10.0, 1.0, 0.0, 0.0] for t in texts], dtype=np.float32)
-
-
-@dataclass(frozen=True)
-class FakeModel:
-    threshold: float = 0.5
-    detector_name: str = "fake"
-
-    def score(self, E: np.ndarray) -> np.ndarray:
-        s = E[:, 0].astype(np.float64)
-        if np.any(np.isclose(s, 9.9)):  # a 99-char text breaks this detector
-            raise FloatingPointError("singular")
-        s[np.isclose(s, 7.7)] = np.nan  # a 77-char text makes it return NaN
-        return s
-
-
-@dataclass(frozen=True)
-class FakeLoaded:
-    kb: str
-    version: str
-    model: FakeModel
-    loaded_at: float = 0.0
-
-
-class FakeHolder:
-    def __init__(self, models: Mapping[str, FakeLoaded]) -> None:
-        self.models = dict(models)
-        self.snapshots = 0
-
-    def snapshot(self) -> Mapping[str, FakeLoaded]:
-        self.snapshots += 1
-        return dict(self.models)
-
 
 POLICY = InputPolicy(kbs=frozenset({"default", "hr"}), default_kb="default", max_text_chars=200)
 
@@ -74,10 +20,6 @@ def raws(*docs: object) -> list[Raw]:
         value = d if isinstance(d, bytes) else json.dumps(d).encode()
         out.append(Raw(value=value, topic="q", partition=0, offset=i, timestamp_ms=1.0))
     return out
-
-
-def holder(**versions: str) -> FakeHolder:
-    return FakeHolder({kb: FakeLoaded(kb, v, FakeModel()) for kb, v in versions.items()})
 
 
 async def test_every_record_gets_exactly_one_decision_in_order() -> None:

@@ -10,12 +10,10 @@ follow the JSON; run this script to refresh the PNGs committed under
 
 What the JSON does not record, the figures do not show:
 
-- the evaluation JSON keeps AUROC, the FPR at 95% TPR and the rates at the calibrated
-  threshold per KB, not the ROC curves themselves, so the ROC figure plots those measured
-  operating points (two per KB and detector) and the AUROCs, not whole curves;
-- the streaming benchmark ran with one ``batch_max`` (64) and records two operating points
-  per run (saturation, where batches fill up, and half the saturation rate, where they
-  hold one or two queries), not a sweep over batch sizes;
+- the evaluation JSON keeps each ROC curve sampled at 20 false-positive rates (dense
+  below 0.1), so the curves are drawn through those points;
+- the batch-size figure reads ``sidecar bench e2e --sweep-batch-max``: one whole run per
+  ``batch_max`` (throughput at saturation, latency at half that run's throughput);
 - the swap benchmark records, per run, how long after the promotion (and the rollback)
   each replica installed the model and produced its first verdict with it, and the
   latency percentiles in steady state and during the swap window, not a time series.
@@ -33,6 +31,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 from matplotlib.ticker import NullFormatter
@@ -198,49 +197,44 @@ def hot_swap_timeline(results: Path) -> Figure:
 
 
 # ---------------------------------------------------------------------------------------
-# Throughput and latency against batch size (e2e*.json, detectors.json)
+# Throughput and latency against batch size (e2e_batch_sweep.json, detectors.json)
 
-E2E_FILES = (
-    ("e2e.json", "2 vCPU, ONNX (e2e.json)"),
-    ("e2e_torch.json", "2 vCPU, torch (e2e_torch.json)"),
-    ("e2e_epyc_avx2.json", "EPYC AVX2, ONNX (e2e_epyc_avx2.json)"),
-    ("e2e_xeon_avx512.json", "Xeon AVX-512, ONNX (e2e_xeon_avx512.json)"),
-)
+SWEEP_FILE = "e2e_batch_sweep.json"
 
 
 def batch_size(results: Path) -> Figure:
-    fig, (enc, p99, det) = plt.subplots(1, 3, figsize=(13.5, 4.2))
-    markers = "osD^"
-    for (name, label), marker in zip(E2E_FILES, markers, strict=True):
-        if not (results / name).is_file():
-            continue
-        runs = [r for r in _load(results, name)["runs"] if isinstance(r, dict)]
-        xs, ys, lx, ly = [], [], [], []
-        for r in runs:
-            half = r["half_rate"]
-            xs += [half["mean_batch_size"], r["mean_batch_size_saturation"]]
-            ys += [
-                1000.0 / half["time_split_ms_per_query"]["encode"],
-                1000.0 / r["time_split_ms_per_query"]["encode"],
-            ]
-            lx.append(half["mean_batch_size"])
-            ly.append(half["latency_ms_p99"])
-        enc.scatter(xs, ys, marker=marker, label=label, s=28, alpha=0.8)
-        p99.scatter(lx, ly, marker=marker, label=label, s=28, alpha=0.8)
-    enc.set_xscale("log")
-    enc.set_xticks([1, 2, 4, 8, 16, 32, 64], ["1", "2", "4", "8", "16", "32", "64"])
-    enc.xaxis.set_minor_formatter(NullFormatter())
-    enc.set_xlabel("mean queries per micro-batch")
-    enc.set_ylabel("queries/s one encoder thread embeds")
-    enc.set_title("Batches make the encoder cheaper per query", fontsize=10, loc="left")
-    enc.legend(fontsize=7)
-    enc.grid(alpha=0.3)
-    p99.axhline(50, color="#c62828", ls="--", lw=1)
-    p99.text(p99.get_xlim()[0], 51, " target p99 ≤ 50 ms", color="#c62828", fontsize=8)
-    p99.set_xlabel("mean queries per micro-batch at half the saturation rate")
-    p99.set_ylabel("p99 latency, ms")
-    p99.set_title("Tail latency at half load", fontsize=10, loc="left")
-    p99.grid(alpha=0.3)
+    fig, (qps, lat, det) = plt.subplots(1, 3, figsize=(13.5, 4.2))
+    sweep = _load(results, SWEEP_FILE)
+    points = sorted(sweep["points"], key=lambda p: p["batch_max"])
+    sizes = [p["batch_max"] for p in points]
+    qps.plot(sizes, [p["throughput_qps"] for p in points], "o-", color=DEFAULT_COLOR,
+             label="worker on the broker (saturation)")  # fmt: skip
+    qps.plot(sizes, [p["encoder_only_qps"] for p in points], "s--", color=BASELINE_COLOR,
+             label="encoder alone, same batch size")  # fmt: skip
+    qps.set_ylim(bottom=0)
+    qps.set_ylabel("queries/s")
+    qps.set_title("Throughput against batch_max", fontsize=10, loc="left")
+    qps.legend(fontsize=7.5, loc="lower right")
+
+    halves = [p["half_rate"] for p in points]
+    lat.plot(sizes, [h["latency_ms_p50"] for h in halves], "o-", color=ACCENT, label="p50")
+    lat.plot(sizes, [h["latency_ms_p99"] for h in halves], "o-", color=DEFAULT_COLOR,
+             label="p99")  # fmt: skip
+    for size, h in zip(sizes, halves, strict=True):
+        lat.annotate(f"{h['rate_qps']:.0f}/s", (size, h["latency_ms_p99"]), fontsize=7,
+                     textcoords="offset points", xytext=(0, 5), ha="center")  # fmt: skip
+    lat.axhline(50, color="#c62828", ls="--", lw=1)
+    lat.text(sizes[0], 51.5, "target p99 ≤ 50 ms", color="#c62828", fontsize=8)
+    lat.set_ylim(0, max(60.0, 1.15 * max(h["latency_ms_p99"] for h in halves)))
+    lat.set_ylabel("latency, ms (produce to verdict read back)")
+    lat.set_title("Latency at half of each run's own throughput", fontsize=10, loc="left")
+    lat.legend(fontsize=7.5, loc="upper right")
+    for ax in (qps, lat):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sizes, [str(n) for n in sizes])
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel("scoring.batch_max")
+        ax.grid(alpha=0.3)
 
     detectors = _load(results, "detectors.json")["detectors"]
     names = sorted(detectors, key=lambda n: detectors[n]["model_us_per_query_batch256"])
@@ -257,9 +251,12 @@ def batch_size(results: Path) -> Figure:
     det.set_title("Detector cost, batch 1 against 256", fontsize=10, loc="left")
     det.legend(fontsize=7.5)
     det.grid(axis="x", alpha=0.3)
+    loads = [p[k][0] for p in points for k in ("load_average_1_5_15_start",
+                                                "load_average_1_5_15_end")]  # fmt: skip
     fig.suptitle(
-        "Throughput and latency against batch size (each run records two operating points;"
-        " batch_max was 64 throughout)",
+        f"One worker on {sweep['cpu_count']} CPUs, {sweep['source']} queries, "
+        f"{sweep['batch_timeout_ms']} ms linger; each batch_max a whole run ({SWEEP_FILE}); "
+        f"1-minute load average {min(loads):.1f}-{max(loads):.1f} during the sweep",
         fontsize=10.5, x=0.01, ha="left",
     )  # fmt: skip
     fig.tight_layout()
@@ -267,12 +264,14 @@ def batch_size(results: Path) -> Figure:
 
 
 # ---------------------------------------------------------------------------------------
-# ROC: the default detector against max-cosine (eval_*_dev.json)
+# ROC: the default detector against max-cosine (eval_*_dev_roc.json)
 
+# `sidecar eval --detectors combined,max_cosine --no-protocol` on the dev splits, seed 0:
+# the same splits, fits and figures as the full eval_<benchmark>_dev.json runs, with curves.
 EVAL_FILES = (
-    ("eval_clinc150_dev.json", "CLINC150 (10 KBs)"),
-    ("eval_stackexchange_dev.json", "StackExchange (8 KBs)"),
-    ("eval_covid_dev.json", "covid"),
+    ("eval_clinc150_dev_roc.json", "CLINC150 (10 KBs)"),
+    ("eval_stackexchange_dev_roc.json", "StackExchange (8 KBs)"),
+    ("eval_covid_dev_roc.json", "covid"),
 )
 DETECTORS = (("combined", "combined (default)", DEFAULT_COLOR), ("max_cosine", "max-cosine",
                                                                    BASELINE_COLOR))  # fmt: skip
@@ -283,25 +282,37 @@ def roc(results: Path) -> Figure:
     for col, (name, title) in enumerate(EVAL_FILES):
         data = _load(results, name)
         top, bottom = axes[0][col], axes[1][col]
+        kbs = list(data["kbs"])
         for key, label, color in DETECTORS:
-            fpr95 = [kb[key]["fpr_at_95tpr"] for kb in data["kbs"].values()]
-            frr = [kb[key]["false_reject_rate"] for kb in data["kbs"].values()]
-            tpr_cal = [1 - kb[key]["ood_accept_rate"] for kb in data["kbs"].values()]
+            curves = [data["kbs"][kb][key]["roc"] for kb in kbs]
+            fpr = np.asarray(curves[0]["fpr"])
+            tprs = np.asarray([c["tpr"] for c in curves])
+            shown = fpr > 0  # a log axis: the rate 0 has no place on it
+            if len(kbs) > 1:
+                for t in tprs:
+                    top.plot(fpr[shown], t[shown], color=color, lw=0.6, alpha=0.3)
             mean_auc = data["mean"][key]["auroc"]
-            top.scatter(fpr95, [0.95] * len(fpr95), marker="|", s=160, color=color, lw=2)
-            top.scatter(frr, tpr_cal, marker="o", s=34, color=color,
-                        label=f"{label}, mean AUROC {mean_auc:.4f}")  # fmt: skip
-        top.plot([0, 1], [0, 1], color="#bdbdbd", lw=0.8, ls=":")
-        top.set_xlim(-0.01, 0.35)
+            top.plot(fpr[shown], tprs.mean(axis=0)[shown], color=color, lw=2.2,
+                     label=f"{label}, mean AUROC {mean_auc:.4f}")  # fmt: skip
+            frr = [data["kbs"][kb][key]["false_reject_rate"] for kb in kbs]
+            caught = [1 - data["kbs"][kb][key]["ood_accept_rate"] for kb in kbs]
+            top.scatter(np.maximum(frr, fpr[shown][0]), caught, marker="o", s=30, color=color,
+                        edgecolor="white", linewidth=0.6, zorder=3)  # fmt: skip
+        target = data.get("target_frr")
+        if target:
+            top.axvline(target, color="#c62828", lw=0.9, ls="--")
+            top.text(target * 0.93, 0.6, f"target FRR {target:g}", color="#c62828",
+                     fontsize=7.5, ha="right", va="bottom", rotation=90)  # fmt: skip
+        top.set_xscale("log")
+        top.set_xlim(fpr[shown][0], 1.0)
         top.set_ylim(0.5, 1.005)
-        top.set_xlabel("false-positive rate (in-domain refused)")
+        top.set_xlabel("in-domain queries refused (false-positive rate, log)")
         if col == 0:
-            top.set_ylabel("true-positive rate (OOD caught)")
+            top.set_ylabel("OOD queries caught (true-positive rate)")
         top.set_title(title, fontsize=10, loc="left")
         top.legend(fontsize=7.5, loc="lower right")
-        top.grid(alpha=0.3)
+        top.grid(alpha=0.3, which="both")
 
-        kbs = list(data["kbs"])
         xs = range(len(kbs))
         for k, (key, label, color) in enumerate(DETECTORS):
             bottom.bar([x + (k - 0.5) * 0.38 for x in xs],
@@ -314,8 +325,8 @@ def roc(results: Path) -> Figure:
             bottom.set_ylabel("AUROC per KB")
         bottom.grid(axis="y", alpha=0.3)
     fig.suptitle(
-        "Default detector against max-cosine on the dev splits. Top: measured ROC points per KB"
-        " (| at 95% TPR, ● at the calibrated threshold); the JSON keeps no full curves. "
+        "Default detector against max-cosine on the dev splits. Top: ROC curves, the mean "
+        "over KBs bold and each KB thin; ● each KB at its calibrated threshold. "
         "Bottom: AUROC per KB.",
         fontsize=9.5, x=0.01, ha="left",
     )  # fmt: skip

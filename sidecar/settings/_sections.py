@@ -89,7 +89,12 @@ class StoreSettings(_Section):
 class ScoringSettings(_Section):
     """Encoder, micro-batching and input policy on the scoring path."""
 
-    encoder: str = Field(DEFAULT_ENCODER, description="sentence-transformers name or local path")
+    encoder: str = Field(
+        DEFAULT_ENCODER,
+        description="all-MiniLM-L6-v2 (English), use-multilingual-v3 or "
+        "multilingual-e5-small-q4 (multilingual, the `multilingual` extra), or a local "
+        "sentence-transformers directory",
+    )
     device: str = Field("cpu", description="torch device of the torch encoder backend")
     kbs: tuple[str, ...] = Field(
         ("default",),

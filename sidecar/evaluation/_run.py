@@ -15,6 +15,12 @@ from typing import Any
 from sidecar.errors import ConfigError
 from sidecar.evaluation._datasets import KBTask, load_benchmark
 from sidecar.evaluation._evaluate import DETECTORS, evaluate_benchmark
+from sidecar.evaluation._languages import evaluate_languages
+from sidecar.evaluation._multilingual import (
+    MULTILINGUAL_BENCHMARKS,
+    languages_of,
+    load_multilingual,
+)
 from sidecar.evaluation._spread import seed_spread
 from sidecar.evaluation._targets import targets
 from sidecar.scoring import DEFAULT_TARGET_FRR
@@ -53,6 +59,9 @@ class EvalConfig:
     protocol: bool = True
     features: str | None = None
     neighbour_bank: int | None = None
+    # xsid / sib200: the query language(s) ("all" or a comma list) and the KB's language
+    language: str | None = None
+    kb_language: str | None = None
 
 
 def select_kbs(tasks: Sequence[KBTask], kbs: str | None, benchmark: str) -> list[KBTask]:
@@ -108,10 +117,25 @@ def run_evaluation(settings: Settings, cfg: EvalConfig, *, progress: bool = True
     }
     if caps and cfg.benchmark != "stackexchange":
         raise ConfigError("--max-train-per-kb / --max-eval-per-kb apply to stackexchange only")
+    multilingual = cfg.benchmark in MULTILINGUAL_BENCHMARKS
+    if not multilingual and (cfg.language or cfg.kb_language):
+        raise ConfigError("--language / --kb-language apply to xsid and sib200")
     dets = DETECTORS if cfg.detectors is None else cfg.detectors
     grids = _grids(cfg, dets)
-    tasks = load_benchmark(cfg.benchmark, cfg.data_dir, cfg.split, **caps)
-    tasks = select_kbs(tasks, cfg.kbs, cfg.benchmark)
+    if multilingual:  # every file read (and refused) before the encoder loads
+        for lang in languages_of(cfg.benchmark, cfg.language or "en"):
+            tasks = load_multilingual(
+                cfg.benchmark,
+                cfg.data_dir,
+                cfg.split,
+                language=lang,
+                kb_language=cfg.kb_language,
+                seed=cfg.seed,
+            )
+            select_kbs(tasks, cfg.kbs, cfg.benchmark)
+    else:
+        tasks = load_benchmark(cfg.benchmark, cfg.data_dir, cfg.split, **caps)
+        tasks = select_kbs(tasks, cfg.kbs, cfg.benchmark)
     # The worker's backend (ONNX Runtime under `auto`), on every CPU.
     enc = load_encoder(settings.scoring, name=cfg.encoder, threads=available_cpus())
     cache = EmbeddingCache(enc, cfg.cache_dir, progress=progress)
@@ -137,6 +161,9 @@ def run_evaluation(settings: Settings, cfg: EvalConfig, *, progress: bool = True
             grids=grids,
         )
 
+    if multilingual:
+        with threadpool_limits(limits=cfg.blas_threads):
+            return _languages(cfg, enc, cache.embed, dets, grids, progress)
     with threadpool_limits(limits=cfg.blas_threads):
         report = run(cfg.seed, cfg.protocol)
         if cfg.n_seeds > 1:
@@ -147,4 +174,62 @@ def run_evaluation(settings: Settings, cfg: EvalConfig, *, progress: bool = True
     report["subsample"] = caps or None
     if grids is not None:
         report["combined_grid"] = {"features": cfg.features, "neighbour_bank": cfg.neighbour_bank}
+    return report
+
+
+def _languages(
+    cfg: EvalConfig,
+    enc: Any,
+    embed: Any,
+    dets: Sequence[str],
+    grids: dict[str, Any] | None,
+    progress: bool,
+) -> dict[str, Any]:
+    """A multilingual benchmark (xsid, sib200): every language of ``cfg.language``."""
+    from sidecar.encoders import encoder_spec
+
+    if cfg.n_seeds > 1:
+        raise ConfigError("--seeds applies to the monolingual benchmarks")
+    spec = encoder_spec(enc.name)
+
+    def evaluate(benchmark: str, split: str, tasks: list[KBTask]) -> dict[str, Any]:
+        return evaluate_benchmark(
+            benchmark,
+            split,
+            tasks,
+            embed,
+            encoder={"name": enc.name, "dim": enc.dim},
+            detectors=dets,
+            criterion=cfg.criterion,
+            seed=cfg.seed,
+            target_frr=cfg.target_frr,
+            progress=False,
+            threshold_rule=cfg.threshold_rule,
+            fold_grouping=cfg.fold_grouping,
+            protocol=cfg.protocol,
+            calibration=cfg.calibration,
+            grids=grids,
+        )
+
+    report = evaluate_languages(
+        cfg.benchmark,
+        cfg.data_dir,
+        cfg.split,
+        language=cfg.language or "en",
+        kb_language=cfg.kb_language,
+        encoder={"name": enc.name, "dim": enc.dim},
+        encoder_languages=spec.languages if spec is not None else None,
+        evaluate=evaluate,
+        select=lambda tasks: select_kbs(tasks, cfg.kbs, cfg.benchmark),
+        seed=cfg.seed,
+        progress=progress,
+    )
+    report.update(
+        {
+            "criterion": cfg.criterion,
+            "target_frr": cfg.target_frr,
+            "threshold_rule": cfg.threshold_rule,
+            "detectors": list(dets),
+        }
+    )
     return report

@@ -6,8 +6,9 @@ settings: sentence-transformers on torch (optionally with bfloat16 linear layers
 same weights exported to ONNX Runtime, whose export is cached on disk and checked against
 the torch model before first use. :data:`ENCODERS` names the packaged encoders, among them
 two multilingual ones with runtimes of their own (:class:`UniversalSentenceEncoder`,
-:class:`E5Encoder`). :func:`embed_probes` embeds the fixed probe sentences a
-trained model records as a fingerprint of its encoder's weights.
+:class:`E5Encoder`); :class:`LanguageDetector` tells a query's language.
+:func:`embed_probes` embeds the fixed probe sentences a trained model records as a
+fingerprint of its encoder's weights.
 """
 
 from sidecar.encoders._e5 import E5Encoder
@@ -19,6 +20,7 @@ from sidecar.encoders._encoder import (
     encoder_label,
     resolve_encoder_path,
 )
+from sidecar.encoders._language import LanguageDetector, detector_languages
 from sidecar.encoders._load import available_cpus, encoder_threads, load_encoder
 from sidecar.encoders._onnx import OnnxEncoder
 from sidecar.encoders._probes import embed_probes
@@ -31,10 +33,12 @@ __all__ = [
     "E5Encoder",
     "Encoder",
     "EncoderSpec",
+    "LanguageDetector",
     "OnnxEncoder",
     "SentenceTransformerEncoder",
     "UniversalSentenceEncoder",
     "available_cpus",
+    "detector_languages",
     "embed_probes",
     "encoder_dim",
     "encoder_label",

@@ -137,6 +137,17 @@ class ScoringSettings(_Section):
     fail_mode: Literal["closed", "open"] = Field(
         "closed", description="verdict when no model is loaded: closed = OOD, open = ID"
     )
+    detect_language: bool = Field(
+        True,
+        description="tell each query's language (py3langid, offline), write it into the "
+        "verdict and pick the model's threshold for that language where it has one",
+    )
+    languages: tuple[str, ...] = Field(
+        (),
+        description="the languages (ISO 639-1, a JSON list) the language detector chooses "
+        "among; empty: the encoder's own languages (every language for an English-only "
+        "encoder)",
+    )
 
     @field_validator("onnx_prebuilt_dir", mode="before")
     @classmethod

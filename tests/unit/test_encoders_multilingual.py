@@ -149,3 +149,19 @@ def test_a_model_refuses_queries_embedded_by_another_encoder(use: Encoder, e5: E
         model.check_encoder(e5.name, e5.dim, embed_probes(e5.encode))
     with pytest.raises(EncoderMismatch):
         model.score(e5.encode(["Are you open on Sunday?"]))
+
+
+def test_the_language_detector_tells_the_clinic_questions_apart() -> None:
+    from sidecar.encoders import LanguageDetector, detector_languages
+
+    assert detector_languages(USE) == ENCODERS[USE].languages
+    assert detector_languages(DEFAULT_ENCODER) is None  # English-only: every language
+    assert detector_languages(DEFAULT_ENCODER, ("en", "nl")) == ("en", "nl")
+    det = LanguageDetector(detector_languages(USE))
+    assert det.detect(list(SUNDAY.values())) == list(SUNDAY)
+    assert det.detect(["", "1234 ?"]) == ["und", "und"]
+    assert set(det.languages) == set(ENCODERS[USE].languages)
+    with pytest.raises(ConfigError, match="knows no \\['xx'\\]"):
+        LanguageDetector(["en", "xx"])
+    with pytest.raises(ConfigError, match="min_confidence"):
+        LanguageDetector(min_confidence=1.0)

@@ -44,6 +44,7 @@ PUBLIC = {
         "EmbeddedRedis",
         "WorkerProcess",
         "demo_data",
+        "demo_multilingual_queries",
         "free_port",
         "publish",
         "run_demo",

@@ -23,7 +23,7 @@ from __future__ import annotations
 import csv
 import random
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -238,9 +238,12 @@ def load_sib200(
     kb_language: str | None = None,
     seed: int = 0,
     kb_fraction: float = SIB200_KB_FRACTION,
+    live_fraction: float = 0.0,
 ) -> list[KBTask]:
     """Each SIB-200 topic as a KB, queries in ``language``, KB and training queries in
-    ``kb_language`` (default: the same); see the module docstring."""
+    ``kb_language`` (default: the same); see the module docstring. ``live_fraction`` of
+    each topic's non-KB ``train`` items are left out of training (:func:`sib200_live`
+    gives them, as live traffic to calibrate on)."""
     if split not in SPLITS:
         raise ConfigError(f"split must be one of {SPLITS}, not {split!r}")
     lang = _check_language("sib200", language)
@@ -248,14 +251,14 @@ def load_sib200(
     root = Path(data_dir) / "sib200"
     judged = read_sib200(root / SIB200_LANGUAGES[lang] / f"{split}.tsv")
     train = read_sib200(root / SIB200_LANGUAGES[kb_lang] / "train.tsv")
-    kb_ids = _kb_ids(train, kb_fraction, seed)
+    kb_ids, live = _sib200_parts(train, kb_fraction, live_fraction, seed)
     topics = sorted({it.label for it in train})
     return [
         KBTask(
             t,
             _texts([it for it in train if it.label == t and it.id in kb_ids]),
-            _texts([it for it in train if it.label == t and it.id not in kb_ids]),
-            _texts([it for it in train if it.label != t]),
+            _texts([it for it in train if it.label == t and it.id not in kb_ids | live]),
+            _texts([it for it in train if it.label != t and it.id not in live]),
             _texts([it for it in judged if it.label == t]),
             _texts([it for it in judged if it.label != t]),
         )
@@ -263,7 +266,37 @@ def load_sib200(
     ]
 
 
-MULTILINGUAL_BENCHMARKS = {"xsid": load_xsid, "sib200": load_sib200}
+def _sib200_parts(
+    train: Sequence[Item], kb_fraction: float, live_fraction: float, seed: int
+) -> tuple[set[str], set[str]]:
+    """The KB item ids and the live item ids (a share of the rest) of SIB-200's train."""
+    kb_ids = _kb_ids(train, kb_fraction, seed)
+    rest = [it for it in train if it.id not in kb_ids]
+    live = _kb_ids(rest, live_fraction, seed + 1) if live_fraction > 0 else set()
+    return kb_ids, live
+
+
+def sib200_live(
+    data_dir: str | Path,
+    *,
+    language: str,
+    seed: int = 0,
+    kb_fraction: float = SIB200_KB_FRACTION,
+    live_fraction: float,
+) -> dict[str, tuple[str, ...]]:
+    """Per topic, the ``train`` items :func:`load_sib200` with the same ``live_fraction``
+    leaves out of training, in ``language``: in-domain traffic no model was fitted on."""
+    lang = _check_language("sib200", language)
+    train = read_sib200(Path(data_dir) / "sib200" / SIB200_LANGUAGES[lang] / "train.tsv")
+    _, live = _sib200_parts(train, kb_fraction, live_fraction, seed)
+    topics = sorted({it.label for it in train})
+    return {t: _texts([it for it in train if it.label == t and it.id in live]) for t in topics}
+
+
+MULTILINGUAL_BENCHMARKS: dict[str, Callable[..., list[KBTask]]] = {
+    "xsid": load_xsid,
+    "sib200": load_sib200,
+}
 
 
 def load_multilingual(

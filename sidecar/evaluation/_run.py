@@ -163,7 +163,11 @@ def run_evaluation(settings: Settings, cfg: EvalConfig, *, progress: bool = True
 
     if multilingual:
         with threadpool_limits(limits=cfg.blas_threads):
-            return _languages(cfg, enc, cache.embed, dets, grids, progress)
+            report = _languages(cfg, enc, cache.embed, dets, grids, progress)
+            if cfg.kb_language and cfg.benchmark == "sib200":
+                report["language_calibration"] = _by_language(settings, cfg, enc, cache.embed, dets)
+                report["targets"].append(report["language_calibration"]["target"])
+        return report
     with threadpool_limits(limits=cfg.blas_threads):
         report = run(cfg.seed, cfg.protocol)
         if cfg.n_seeds > 1:
@@ -233,3 +237,45 @@ def _languages(
         }
     )
     return report
+
+
+def _by_language(
+    settings: Settings, cfg: EvalConfig, enc: Any, embed: Any, dets: Sequence[str]
+) -> dict[str, Any]:
+    """One model per KB trained in the KB language, judged in every language under its
+    trained, globally recalibrated and per-language thresholds (see
+    :mod:`._language_calibration`)."""
+    from sidecar.encoders import LanguageDetector, detector_languages
+    from sidecar.evaluation._language_calibration import LIVE_FRACTION, calibrate_by_language
+    from sidecar.evaluation._multilingual import load_sib200, sib200_live
+
+    assert cfg.kb_language is not None
+    langs = languages_of(cfg.benchmark, cfg.language or "en")
+    kb_lang = languages_of(cfg.benchmark, cfg.kb_language)[0]
+
+    def tasks(lang: str) -> list[KBTask]:
+        loaded = load_sib200(
+            cfg.data_dir,
+            cfg.split,
+            language=lang,
+            kb_language=kb_lang,
+            seed=cfg.seed,
+            live_fraction=LIVE_FRACTION,
+        )
+        return select_kbs(loaded, cfg.kbs, cfg.benchmark)
+
+    def live(lang: str) -> dict[str, tuple[str, ...]]:
+        return sib200_live(cfg.data_dir, language=lang, seed=cfg.seed, live_fraction=LIVE_FRACTION)
+
+    detector = LanguageDetector(detector_languages(enc.name, settings.scoring.languages))
+    return calibrate_by_language(
+        tasks(kb_lang),
+        {lang: (live(lang), tasks(lang)) for lang in langs},
+        embed,
+        detector.detect,
+        encoder={"name": enc.name, "dim": enc.dim},
+        detector="combined" if "combined" in dets else dets[0],
+        target_frr=cfg.target_frr,
+        seed=cfg.seed,
+        criterion=cfg.criterion,
+    )

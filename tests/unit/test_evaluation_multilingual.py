@@ -239,3 +239,22 @@ def test_targets_judge_each_supported_language_against_english(data: Path) -> No
     assert [t["met"] for t in report["targets"]] == [True, True, False]
     assert "no" not in report["targets"][0]["per_language"]
     assert language_targets({**report, "benchmark": "sib200"})[1]["target"].startswith("cross")
+
+
+def test_live_items_are_kept_out_of_every_model_and_aligned_across_languages(
+    data: Path,
+) -> None:
+    from sidecar.evaluation._multilingual import sib200_live
+
+    tasks = load_sib200(data, "dev", language="en", live_fraction=0.5)
+    live_en = sib200_live(data, language="en", live_fraction=0.5)
+    live_nl = sib200_live(data, language="nl", live_fraction=0.5)
+    assert set(live_en) == {t.name for t in tasks}
+    for t in tasks:
+        assert live_en[t.name] and [f"NL {x}" for x in live_en[t.name]] == list(live_nl[t.name])
+        trained = set(t.kb_texts) | set(t.id_train) | set(t.ood_train)
+        assert not trained & {x for texts in live_en.values() for x in texts}
+    full = {t.name: t for t in load_sib200(data, "dev", language="en")}
+    for t in tasks:
+        assert full[t.name].kb_texts == t.kb_texts  # the KB does not move
+        assert set(full[t.name].id_train) == set(t.id_train) | set(live_en[t.name])

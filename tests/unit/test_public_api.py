@@ -88,6 +88,7 @@ PUBLIC = {
         "run_detectors_bench",
         "run_e2e_batch_sweep",
         "run_e2e_bench",
+        "run_e2e_encoder_comparison",
         "run_recalibration_bench",
         "run_rules_bench",
         "run_swap_bench",

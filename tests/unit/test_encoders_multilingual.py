@@ -165,3 +165,10 @@ def test_the_language_detector_tells_the_clinic_questions_apart() -> None:
         LanguageDetector(["en", "xx"])
     with pytest.raises(ConfigError, match="min_confidence"):
         LanguageDetector(min_confidence=1.0)
+
+
+def test_there_is_no_onnx_export_of_a_packaged_runtime() -> None:
+    from sidecar.encoders import OnnxEncoder
+
+    with pytest.raises(ConfigError, match="no ONNX export to make"):
+        OnnxEncoder(USE)

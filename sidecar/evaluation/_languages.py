@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from sidecar.evaluation._datasets import KBTask
+from sidecar.evaluation._evaluate import evaluate_benchmark
 from sidecar.evaluation._multilingual import (
     language_summary,
     languages_of,
@@ -172,3 +174,113 @@ def language_targets(report: Mapping[str, Any]) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def run_languages(
+    settings: Any,
+    cfg: Any,
+    enc: Any,
+    embed: Any,
+    dets: Sequence[str],
+    grids: dict[str, Any] | None,
+    progress: bool,
+    select: Callable[[list[KBTask]], list[KBTask]],
+) -> dict[str, Any]:
+    """``sidecar eval`` on a multilingual benchmark (xsid, sib200): every language of
+    ``cfg`` (an ``EvalConfig``) embedded by ``enc`` through ``embed``; on SIB-200 with a
+    KB language, also the per-language calibration of :mod:`._language_calibration`."""
+    from sidecar.encoders import encoder_spec
+
+    spec = encoder_spec(enc.name)
+
+    def evaluate(benchmark: str, split: str, tasks: list[KBTask]) -> dict[str, Any]:
+        return evaluate_benchmark(
+            benchmark,
+            split,
+            tasks,
+            embed,
+            encoder={"name": enc.name, "dim": enc.dim},
+            detectors=dets,
+            criterion=cfg.criterion,
+            seed=cfg.seed,
+            target_frr=cfg.target_frr,
+            progress=False,
+            threshold_rule=cfg.threshold_rule,
+            fold_grouping=cfg.fold_grouping,
+            protocol=cfg.protocol,
+            calibration=cfg.calibration,
+            grids=grids,
+        )
+
+    report = evaluate_languages(
+        cfg.benchmark,
+        cfg.data_dir,
+        cfg.split,
+        language=cfg.language or "en",
+        kb_language=cfg.kb_language,
+        encoder={"name": enc.name, "dim": enc.dim},
+        encoder_languages=spec.languages if spec is not None else None,
+        evaluate=evaluate,
+        select=select,
+        seed=cfg.seed,
+        progress=progress,
+    )
+    report.update(
+        {
+            "criterion": cfg.criterion,
+            "target_frr": cfg.target_frr,
+            "threshold_rule": cfg.threshold_rule,
+            "detectors": list(dets),
+        }
+    )
+    if cfg.kb_language and cfg.benchmark == "sib200":
+        report["language_calibration"] = _by_language(settings, cfg, enc, embed, dets, select)
+        report["targets"].append(report["language_calibration"]["target"])
+    return report
+
+
+def _by_language(
+    settings: Any,
+    cfg: Any,
+    enc: Any,
+    embed: Any,
+    dets: Sequence[str],
+    select: Callable[[list[KBTask]], list[KBTask]],
+) -> dict[str, Any]:
+    """One model per KB trained in the KB language, judged in every language under its
+    trained, globally recalibrated and per-language thresholds (see
+    :mod:`._language_calibration`)."""
+    from sidecar.encoders import LanguageDetector, detector_languages
+    from sidecar.evaluation._language_calibration import LIVE_FRACTION, calibrate_by_language
+    from sidecar.evaluation._multilingual import load_sib200, sib200_live
+
+    assert cfg.kb_language is not None
+    langs = languages_of(cfg.benchmark, cfg.language or "en")
+    kb_lang = languages_of(cfg.benchmark, cfg.kb_language)[0]
+
+    def tasks(lang: str) -> list[KBTask]:
+        loaded = load_sib200(
+            cfg.data_dir,
+            cfg.split,
+            language=lang,
+            kb_language=kb_lang,
+            seed=cfg.seed,
+            live_fraction=LIVE_FRACTION,
+        )
+        return select(loaded)
+
+    def live(lang: str) -> dict[str, tuple[str, ...]]:
+        return sib200_live(cfg.data_dir, language=lang, seed=cfg.seed, live_fraction=LIVE_FRACTION)
+
+    detector = LanguageDetector(detector_languages(enc.name, settings.scoring.languages))
+    return calibrate_by_language(
+        tasks(kb_lang),
+        {lang: (live(lang), tasks(lang)) for lang in langs},
+        embed,
+        detector.detect,
+        encoder={"name": enc.name, "dim": enc.dim},
+        detector="combined" if "combined" in dets else dets[0],
+        target_frr=cfg.target_frr,
+        seed=cfg.seed,
+        criterion=cfg.criterion,
+    )

@@ -15,7 +15,7 @@ from typing import Any
 from sidecar.errors import ConfigError
 from sidecar.evaluation._datasets import KBTask, load_benchmark
 from sidecar.evaluation._evaluate import DETECTORS, evaluate_benchmark
-from sidecar.evaluation._languages import evaluate_languages
+from sidecar.evaluation._languages import run_languages
 from sidecar.evaluation._multilingual import (
     MULTILINGUAL_BENCHMARKS,
     languages_of,
@@ -120,6 +120,8 @@ def run_evaluation(settings: Settings, cfg: EvalConfig, *, progress: bool = True
     multilingual = cfg.benchmark in MULTILINGUAL_BENCHMARKS
     if not multilingual and (cfg.language or cfg.kb_language):
         raise ConfigError("--language / --kb-language apply to xsid and sib200")
+    if multilingual and cfg.n_seeds > 1:
+        raise ConfigError("--seeds applies to the monolingual benchmarks")
     dets = DETECTORS if cfg.detectors is None else cfg.detectors
     grids = _grids(cfg, dets)
     if multilingual:  # every file read (and refused) before the encoder loads
@@ -163,11 +165,16 @@ def run_evaluation(settings: Settings, cfg: EvalConfig, *, progress: bool = True
 
     if multilingual:
         with threadpool_limits(limits=cfg.blas_threads):
-            report = _languages(cfg, enc, cache.embed, dets, grids, progress)
-            if cfg.kb_language and cfg.benchmark == "sib200":
-                report["language_calibration"] = _by_language(settings, cfg, enc, cache.embed, dets)
-                report["targets"].append(report["language_calibration"]["target"])
-        return report
+            return run_languages(
+                settings,
+                cfg,
+                enc,
+                cache.embed,
+                dets,
+                grids,
+                progress,
+                select=lambda tasks: select_kbs(tasks, cfg.kbs, cfg.benchmark),
+            )
     with threadpool_limits(limits=cfg.blas_threads):
         report = run(cfg.seed, cfg.protocol)
         if cfg.n_seeds > 1:
@@ -179,103 +186,3 @@ def run_evaluation(settings: Settings, cfg: EvalConfig, *, progress: bool = True
     if grids is not None:
         report["combined_grid"] = {"features": cfg.features, "neighbour_bank": cfg.neighbour_bank}
     return report
-
-
-def _languages(
-    cfg: EvalConfig,
-    enc: Any,
-    embed: Any,
-    dets: Sequence[str],
-    grids: dict[str, Any] | None,
-    progress: bool,
-) -> dict[str, Any]:
-    """A multilingual benchmark (xsid, sib200): every language of ``cfg.language``."""
-    from sidecar.encoders import encoder_spec
-
-    if cfg.n_seeds > 1:
-        raise ConfigError("--seeds applies to the monolingual benchmarks")
-    spec = encoder_spec(enc.name)
-
-    def evaluate(benchmark: str, split: str, tasks: list[KBTask]) -> dict[str, Any]:
-        return evaluate_benchmark(
-            benchmark,
-            split,
-            tasks,
-            embed,
-            encoder={"name": enc.name, "dim": enc.dim},
-            detectors=dets,
-            criterion=cfg.criterion,
-            seed=cfg.seed,
-            target_frr=cfg.target_frr,
-            progress=False,
-            threshold_rule=cfg.threshold_rule,
-            fold_grouping=cfg.fold_grouping,
-            protocol=cfg.protocol,
-            calibration=cfg.calibration,
-            grids=grids,
-        )
-
-    report = evaluate_languages(
-        cfg.benchmark,
-        cfg.data_dir,
-        cfg.split,
-        language=cfg.language or "en",
-        kb_language=cfg.kb_language,
-        encoder={"name": enc.name, "dim": enc.dim},
-        encoder_languages=spec.languages if spec is not None else None,
-        evaluate=evaluate,
-        select=lambda tasks: select_kbs(tasks, cfg.kbs, cfg.benchmark),
-        seed=cfg.seed,
-        progress=progress,
-    )
-    report.update(
-        {
-            "criterion": cfg.criterion,
-            "target_frr": cfg.target_frr,
-            "threshold_rule": cfg.threshold_rule,
-            "detectors": list(dets),
-        }
-    )
-    return report
-
-
-def _by_language(
-    settings: Settings, cfg: EvalConfig, enc: Any, embed: Any, dets: Sequence[str]
-) -> dict[str, Any]:
-    """One model per KB trained in the KB language, judged in every language under its
-    trained, globally recalibrated and per-language thresholds (see
-    :mod:`._language_calibration`)."""
-    from sidecar.encoders import LanguageDetector, detector_languages
-    from sidecar.evaluation._language_calibration import LIVE_FRACTION, calibrate_by_language
-    from sidecar.evaluation._multilingual import load_sib200, sib200_live
-
-    assert cfg.kb_language is not None
-    langs = languages_of(cfg.benchmark, cfg.language or "en")
-    kb_lang = languages_of(cfg.benchmark, cfg.kb_language)[0]
-
-    def tasks(lang: str) -> list[KBTask]:
-        loaded = load_sib200(
-            cfg.data_dir,
-            cfg.split,
-            language=lang,
-            kb_language=kb_lang,
-            seed=cfg.seed,
-            live_fraction=LIVE_FRACTION,
-        )
-        return select_kbs(loaded, cfg.kbs, cfg.benchmark)
-
-    def live(lang: str) -> dict[str, tuple[str, ...]]:
-        return sib200_live(cfg.data_dir, language=lang, seed=cfg.seed, live_fraction=LIVE_FRACTION)
-
-    detector = LanguageDetector(detector_languages(enc.name, settings.scoring.languages))
-    return calibrate_by_language(
-        tasks(kb_lang),
-        {lang: (live(lang), tasks(lang)) for lang in langs},
-        embed,
-        detector.detect,
-        encoder={"name": enc.name, "dim": enc.dim},
-        detector="combined" if "combined" in dets else dets[0],
-        target_frr=cfg.target_frr,
-        seed=cfg.seed,
-        criterion=cfg.criterion,
-    )

@@ -39,6 +39,14 @@ def test_a_cross_lingual_sib200_evaluation_reports_each_language(
         4,
     )
     assert "nl " in res.output and "cross-lingual AUROC" in res.output
+    # one English-trained model per topic, judged per language under three thresholds
+    cal = doc["language_calibration"]
+    assert set(cal["languages"]) == {"nl", "en"} and cal["detector"] == "max_cosine"
+    for row in cal["languages"].values():
+        assert row["detected_right"] > 0.9
+        for scheme in ("trained", "recalibrated", "per_language"):
+            assert 0.0 <= row[scheme]["false_reject_rate"] <= 1.0 and row[scheme]["n_id"] > 0
+    assert doc["targets"][-1] == cal["target"] and "per-language FRR" in cal["target"]["target"]
 
 
 def test_language_options_are_refused_where_they_mean_nothing(

@@ -98,3 +98,18 @@ def test_language_thresholds_survive_the_state_and_old_states_load(model: OODMod
             )
     with pytest.raises(DataError, match="not a finite number"):
         dataclasses.replace(model, language_thresholds={"nl": float("nan")})
+
+
+def test_a_global_recalibration_drops_per_language_thresholds_of_older_traffic(
+    model: OODModel,
+) -> None:
+    from sidecar.scoring import recalibrate
+
+    rng = np.random.default_rng(2)
+    E = 0.2 * rng.standard_normal((40, 16)).astype(np.float32)
+    E[:, 0] += 1.0
+    per = recalibrate_by_language(model, E, ["nl"] * 40, 0.05)
+    assert set(per.language_thresholds) == {"nl"}
+    again = recalibrate(per, E, 0.05)
+    assert again.language_thresholds == {} and "language_calibration" not in again.metrics
+    assert again.metrics["recalibrated_from"]["language_thresholds"] == per.language_thresholds

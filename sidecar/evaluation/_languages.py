@@ -230,6 +230,7 @@ def run_languages(
             "criterion": cfg.criterion,
             "target_frr": cfg.target_frr,
             "threshold_rule": cfg.threshold_rule,
+            "fold_grouping": cfg.fold_grouping,
             "detectors": list(dets),
         }
     )

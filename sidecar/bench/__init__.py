@@ -7,15 +7,20 @@ the detectors' speed (:func:`run_detectors_bench`), training at scale
 (:func:`run_recalibration_bench`), the rule miners against brute force
 (:func:`run_rules_bench`), the worker end to end on the embedded broker
 (:func:`run_e2e_bench`, with :func:`measure_encoder` as its encoder-only child, and
-:func:`run_e2e_batch_sweep` over batch sizes), a live model swap under load
-(:func:`run_swap_bench`), the training inputs streamed from PostgreSQL and Parquet
-(:func:`run_train_sources_bench`) and adversarial prompts against every benchmark KB
-(:func:`run_adversarial_bench`).
+:func:`run_e2e_batch_sweep` over batch sizes, :func:`run_e2e_encoder_comparison` over
+encoders), a live model swap under load (:func:`run_swap_bench`), the training inputs
+streamed from PostgreSQL and Parquet (:func:`run_train_sources_bench`) and adversarial
+prompts against every benchmark KB (:func:`run_adversarial_bench`).
 """
 
 from sidecar.bench._adversarial import AdversarialBenchConfig, run_adversarial_bench
 from sidecar.bench._detectors import DetectorsBenchConfig, run_detectors_bench
-from sidecar.bench._e2e import E2EBenchConfig, run_e2e_batch_sweep, run_e2e_bench
+from sidecar.bench._e2e import (
+    E2EBenchConfig,
+    run_e2e_batch_sweep,
+    run_e2e_bench,
+    run_e2e_encoder_comparison,
+)
 from sidecar.bench._e2e_encoder import measure_encoder
 from sidecar.bench._recalibration import RecalibrationBenchConfig, run_recalibration_bench
 from sidecar.bench._rules_run import RulesBenchConfig, run_rules_bench
@@ -37,6 +42,7 @@ __all__ = [
     "run_detectors_bench",
     "run_e2e_batch_sweep",
     "run_e2e_bench",
+    "run_e2e_encoder_comparison",
     "run_recalibration_bench",
     "run_rules_bench",
     "run_swap_bench",

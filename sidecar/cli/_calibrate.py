@@ -59,6 +59,13 @@ from sidecar.cli._store_access import _settings, _store_options, promoted_suffix
     "least 1/rate - 1 queries, rounded up (99 for 0.01, 33 for 0.03).",
 )
 @click.option(
+    "--per-language",
+    is_flag=True,
+    help="Also give each language with enough of the --id-queries (1/rate - 1, as above) "
+    "a threshold of its own, each query's language told by the language detector "
+    "(scoring.languages); the others keep the global threshold.",
+)
+@click.option(
     "--out", type=click.Path(path_type=Path), default=None, help="Write the new artifact here."
 )
 @click.option(
@@ -112,7 +119,8 @@ def calibrate_command(**opts: Any) -> None:
     )
     embed = query_embeddings(model, settings, opts)
     E = embed(opts["id_queries"], opts["id_embeddings"], "ID")
-    done = recalibrate_release(model, E, opts["target_frr"])
+    langs = _languages(model, settings, opts["id_queries"]) if opts["per_language"] else None
+    done = recalibrate_release(model, E, opts["target_frr"], langs)
     new, old, artifact = done.model, done.source, done.artifact
     if old.get("threshold_rule") == "balanced":
         click.echo(
@@ -127,6 +135,9 @@ def calibrate_command(**opts: Any) -> None:
         f"  threshold {model.threshold:.4f} refused {old['frr_on_recalibration_queries']:.2%} "
         f"of them; the new {new.threshold:.4f} refuses {new.metrics['calibration_frr']:.2%}"
     )
+    for lang, row in (new.metrics.get("language_calibration") or {}).items():
+        own = "global" if row["threshold"] is None else f"{row['threshold']:.4f}"
+        click.echo(f"  {lang}: {row['n']} queries, threshold {own}")
     if done.training_copies:
         # The quantile's guarantee holds for queries new to the model: its own training
         # queries score as more in-domain, so the threshold comes out too strict.
@@ -145,6 +156,16 @@ def calibrate_command(**opts: Any) -> None:
         click.echo(f"published {artifact.kb}/{version}{promoted_suffix(event, promote)}")
 
 
+def _languages(model: Any, settings: Any, queries: Path) -> list[str]:
+    """The detected language of each query of ``queries`` (JSONL), among the languages of
+    the model's encoder or ``scoring.languages``."""
+    from sidecar.encoders import LanguageDetector, detector_languages
+    from sidecar.training import read_queries
+
+    langs = detector_languages(str(model.encoder["name"]), settings.scoring.languages)
+    return LanguageDetector(langs).detect(read_queries(queries))
+
+
 def _check_options(opts: dict[str, Any]) -> None:
     """Refuse options that do not fit together, and an --out that cannot take the model."""
     from sidecar.errors import ConfigError
@@ -159,6 +180,8 @@ def _check_options(opts: dict[str, Any]) -> None:
         raise click.UsageError("--allow-unsigned applies to --artifact DIR --publish")
     if bool(opts["id_queries"]) == bool(opts["id_embeddings"]):
         raise click.UsageError("give --id-queries or --id-embeddings (one of them)")
+    if opts["per_language"] and not opts["id_queries"]:
+        raise click.UsageError("--per-language tells languages from texts: give --id-queries")
     if opts["out"]:
         check_output_dir(opts["out"], "--out")
         if opts["out"].is_dir() and any(opts["out"].iterdir()):

@@ -35,6 +35,19 @@ from sidecar.cli._root import main
     help="Give up waiting for the worker or the verdicts after this many seconds.",
 )
 @click.option(
+    "--encoder",
+    default=None,
+    help="scoring.encoder of the worker and the demo model [default: settings; with "
+    "--multilingual: use-multilingual-v3].",
+)
+@click.option(
+    "--multilingual",
+    is_flag=True,
+    help="Add the multilingual turn: five clinic questions and two off-topic ones asked "
+    "in English, German, Spanish, French, Italian and Dutch, against the same English KB; "
+    "the table shows each query's detected language.",
+)
+@click.option(
     "--workdir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
@@ -45,6 +58,8 @@ def demo(
     directory_store: bool,
     limit: int | None,
     timeout_s: float,
+    encoder: str | None,
+    multilingual: bool,
     workdir: Path | None,
 ) -> None:
     """Run the streaming sidecar end to end on embedded defaults.
@@ -71,6 +86,8 @@ def demo(
         limit=limit,
         timeout_s=timeout_s,
         workdir=workdir,
+        encoder=encoder or ("use-multilingual-v3" if multilingual else None),
+        multilingual=multilingual,
     )
     run = run_demo(
         load_settings(),
@@ -97,15 +114,17 @@ def _print(rows: list[dict[str, Any]], dead: list[dict[str, Any]]) -> None:
 
     click.echo("")
     click.echo(
-        f"{'id':<9} {'expected':<8} {'verdict':<7} {'score':>8} {'thresh':>8} {'ms':>7}  text"
+        f"{'id':<9} {'expected':<8} {'verdict':<7} {'lang':<4} {'score':>8} {'thresh':>8} "
+        f"{'ms':>7}  text"
     )
     for r in rows:
         mark = " " if r["verdict"] == r["expected"] else "!"
         score = f"{r['score']:.3f}" if r["score"] is not None else "-"
         thr = f"{r['threshold']:.3f}" if r["threshold"] is not None else "-"
         text = r["text"] if len(r["text"]) <= 58 else r["text"][:55] + "..."
+        lang = r.get("language") or "-"
         click.echo(
-            f"{r['id']:<9} {r['expected']:<8} {r['verdict']:<6}{mark} {score:>8} "
+            f"{r['id']:<9} {r['expected']:<8} {r['verdict']:<6}{mark} {lang:<4} {score:>8} "
             f"{thr:>8} {r['latency_ms'] or 0:>7.0f}  {text}"
         )
     for d in dead:
@@ -116,6 +135,17 @@ def _print(rows: list[dict[str, Any]], dead: list[dict[str, Any]]) -> None:
     ok = [r["verdict"] == r["expected"] for r in rows]
     unseen = [r["verdict"] == r["expected"] for r in rows if not r["seen"]]
     lat = [r["latency_ms"] for r in rows if r["latency_ms"] is not None]
+    turn = [r for r in rows if "lang" in r]
+    if turn:
+        click.echo("")
+        for lang in sorted({r["lang"] for r in turn}):
+            mine = [r for r in turn if r["lang"] == lang]
+            right = sum(r["verdict"] == r["expected"] for r in mine)
+            told = sum(r.get("language") == lang for r in mine)
+            click.echo(
+                f"multilingual turn, {lang}: {right}/{len(mine)} verdicts as labelled, "
+                f"language told {told}/{len(mine)}"
+            )
     click.echo("")
     click.echo(
         f"{len(rows)} verdicts, {len(dead)} dead letters; agreement with the labels "

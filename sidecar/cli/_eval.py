@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -31,14 +32,28 @@ from sidecar.cli._root import main
 @click.option(
     "--benchmark",
     required=True,
-    type=click.Choice(["clinc150", "stackexchange", "covid"]),
-    help="Benchmark; each of its KBs is evaluated (see the README for layouts).",
+    type=click.Choice(["clinc150", "stackexchange", "covid", "xsid", "sib200"]),
+    help="Benchmark; each of its KBs is evaluated (see the README for layouts). xsid and "
+    "sib200 are multilingual: see --language.",
 )
 @click.option(
     "--data-dir",
     required=True,
     type=click.Path(path_type=Path),
-    help="Folder with clinc150/, stackexchange_tweac/, covid/, adversarial/.",
+    help="Folder with clinc150/, stackexchange_tweac/, covid/, adversarial/, xsid/, sib200/.",
+)
+@click.option(
+    "--language",
+    default=None,
+    help="xsid / sib200: the queries' language, a comma-separated list or 'all' (one "
+    "evaluation each, one report) [default: en].",
+)
+@click.option(
+    "--kb-language",
+    default=None,
+    help="xsid / sib200: write the KB and the training queries in this language and judge "
+    "queries in --language; each language is also evaluated with its own KB, for the "
+    "cross-lingual gap [default: the query language].",
 )
 @click.option(
     "--split",
@@ -124,6 +139,8 @@ def eval_command(
     benchmark: str,
     data_dir: Path,
     split: str,
+    language: str | None,
+    kb_language: str | None,
     json_out: Path,
     detectors: str,
     kbs: str | None,
@@ -157,6 +174,8 @@ def eval_command(
     from sidecar.settings import load_settings
 
     check_output_file(json_out, "--json")
+    if report_dir is not None and benchmark in ("xsid", "sib200"):
+        raise click.UsageError("--report draws the monolingual benchmarks' reports")
     if report_dir is not None:
         check_output_dir(report_dir, "--report")
     settings = load_settings(**encoder_overrides(None, encoder_url))
@@ -183,11 +202,16 @@ def eval_command(
         protocol=protocol,
         features=features,
         neighbour_bank=neighbour_bank,
+        language=language,
+        kb_language=kb_language,
     )
     report = run_evaluation(settings, cfg, progress=not no_progress)
     json_out.parent.mkdir(parents=True, exist_ok=True)
     json_out.write_text(json.dumps(report, indent=2) + "\n")
     click.echo(f"wrote {json_out}")
+    if "languages" in report:
+        _echo_languages(report)
+        return
     if report_dir is not None:
         from sidecar.evaluation import write_eval_report
 
@@ -198,6 +222,21 @@ def eval_command(
             f"bal.acc {row['balanced_accuracy']:.4f}  dims {row['dims']:.0f}  "
             f"{row['us_per_query']:.1f} us/q"
         )
+    for t in report["targets"]:
+        click.echo(f"  target {'MET ' if t['met'] else 'MISS'} {t['target']}: {t['measured']}")
+
+
+def _echo_languages(report: dict[str, Any]) -> None:
+    """One line per language and detector, then the targets."""
+    for lang, entry in report["languages"].items():
+        for d, row in entry["summary"].items():
+            cross = (report.get("crosslingual") or {}).get(lang)
+            gap = f"  cross-lingual AUROC {cross['summary'][d]['auroc']:.4f}" if cross else ""
+            click.echo(
+                f"  {lang:6s} {d:12s} AUROC {row['auroc']:.4f}  FPR95 {row['fpr_at_95tpr']:.4f}"
+                f"  bal.acc {row['balanced_accuracy']:.4f}  FRR {row['false_reject_rate']:.4f}"
+                f"  OOD-accept {row['ood_accept_rate']:.4f}{gap}"
+            )
     for t in report["targets"]:
         click.echo(f"  target {'MET ' if t['met'] else 'MISS'} {t['target']}: {t['measured']}")
 

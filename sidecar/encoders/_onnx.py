@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from sidecar.encoders._encoder import LocalEncoder, resolve_encoder_path
+from sidecar.encoders._registry import encoder_spec
 from sidecar.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,12 @@ class OnnxEncoder(LocalEncoder):
         cache_dir: str | Path | None = None,
         prebuilt_dir: str | Path | None = None,
     ) -> None:
+        spec = encoder_spec(name)
+        if spec is not None and spec.runtime != "sentence-transformers":
+            raise ConfigError(
+                f"encoder {spec.name!r} runs on its own runtime ({spec.runtime}): "
+                "there is no ONNX export to make"
+            )
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         try:

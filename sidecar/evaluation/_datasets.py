@@ -69,6 +69,11 @@ class KBTask:
     # The same for the ID training queries: the training split keeps each group in one of
     # fit / validation / calibration, so calibration queries are as new as judged ones.
     id_train_groups: tuple[int, ...] | None = None
+    # Cross-lingual cross-fitting: the evaluation queries in the language the model is
+    # trained in (parallel to id_eval / ood_eval). A fold trains and calibrates on these
+    # and judges the originals; None: it trains on the originals.
+    id_eval_train: tuple[str, ...] | None = None
+    ood_eval_train: tuple[str, ...] | None = None
 
 
 def _dedupe(texts: Sequence[str], exclude: set[str] | None = None) -> list[str]:

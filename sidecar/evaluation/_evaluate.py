@@ -138,13 +138,17 @@ class _TaskRun:
 
 
 class _Embedded(NamedTuple):
-    """A task's embeddings: KB, ID / OOD training queries, ID / OOD evaluation queries."""
+    """A task's embeddings: KB, ID / OOD training queries, ID / OOD evaluation queries,
+    and the evaluation queries as a cross-fitted fold trains on them (the same arrays,
+    or their translations into the KB's language)."""
 
     kb: np.ndarray
     idt: np.ndarray
     oodt: np.ndarray | None
     ide: np.ndarray
     oode: np.ndarray
+    ide_train: np.ndarray
+    oode_train: np.ndarray
 
 
 def _embed_task(task: KBTask, embed: Embed) -> _Embedded:
@@ -153,7 +157,11 @@ def _embed_task(task: KBTask, embed: Embed) -> _Embedded:
     E_idt = embed(task.id_train) if task.id_train else np.zeros((0, E_kb.shape[1]), np.float32)
     E_oodt = embed(task.ood_train) if task.ood_train else None
     E_ide, E_oode = embed(task.id_eval), embed(task.ood_eval)
-    return _Embedded(E_kb, E_idt, E_oodt, E_ide, E_oode)
+    ide_t = E_ide if task.id_eval_train is None else embed(task.id_eval_train)
+    oode_t = E_oode if task.ood_eval_train is None else embed(task.ood_eval_train)
+    if ide_t.shape != E_ide.shape or oode_t.shape != E_oode.shape:
+        raise ConfigError(f"KB {task.name}: translated evaluation queries do not match")
+    return _Embedded(E_kb, E_idt, E_oodt, E_ide, E_oode, ide_t, oode_t)
 
 
 def _task_folds(
@@ -198,7 +206,7 @@ def _fold_splits(
     id_groups, ood_groups = g_idt, g_oodt
     if task.cross_fit > 1:  # train on the other folds' evaluation queries
         id_train, ood_train, id_groups, ood_groups = cross_fit_training(
-            (E.idt, E.ide, E.oodt, E.oode), groups, *fold
+            (E.idt, E.ide_train, E.oodt, E.oode_train), groups, *fold
         )
     return carve_splits(
         E.kb,

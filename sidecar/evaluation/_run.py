@@ -15,6 +15,12 @@ from typing import Any
 from sidecar.errors import ConfigError
 from sidecar.evaluation._datasets import KBTask, load_benchmark
 from sidecar.evaluation._evaluate import DETECTORS, evaluate_benchmark
+from sidecar.evaluation._languages import run_languages
+from sidecar.evaluation._multilingual import (
+    MULTILINGUAL_BENCHMARKS,
+    languages_of,
+    load_multilingual,
+)
 from sidecar.evaluation._spread import seed_spread
 from sidecar.evaluation._targets import targets
 from sidecar.scoring import DEFAULT_TARGET_FRR
@@ -53,6 +59,9 @@ class EvalConfig:
     protocol: bool = True
     features: str | None = None
     neighbour_bank: int | None = None
+    # xsid / sib200: the query language(s) ("all" or a comma list) and the KB's language
+    language: str | None = None
+    kb_language: str | None = None
 
 
 def select_kbs(tasks: Sequence[KBTask], kbs: str | None, benchmark: str) -> list[KBTask]:
@@ -108,10 +117,27 @@ def run_evaluation(settings: Settings, cfg: EvalConfig, *, progress: bool = True
     }
     if caps and cfg.benchmark != "stackexchange":
         raise ConfigError("--max-train-per-kb / --max-eval-per-kb apply to stackexchange only")
+    multilingual = cfg.benchmark in MULTILINGUAL_BENCHMARKS
+    if not multilingual and (cfg.language or cfg.kb_language):
+        raise ConfigError("--language / --kb-language apply to xsid and sib200")
+    if multilingual and cfg.n_seeds > 1:
+        raise ConfigError("--seeds applies to the monolingual benchmarks")
     dets = DETECTORS if cfg.detectors is None else cfg.detectors
     grids = _grids(cfg, dets)
-    tasks = load_benchmark(cfg.benchmark, cfg.data_dir, cfg.split, **caps)
-    tasks = select_kbs(tasks, cfg.kbs, cfg.benchmark)
+    if multilingual:  # every file read (and refused) before the encoder loads
+        for lang in languages_of(cfg.benchmark, cfg.language or "en"):
+            tasks = load_multilingual(
+                cfg.benchmark,
+                cfg.data_dir,
+                cfg.split,
+                language=lang,
+                kb_language=cfg.kb_language,
+                seed=cfg.seed,
+            )
+            select_kbs(tasks, cfg.kbs, cfg.benchmark)
+    else:
+        tasks = load_benchmark(cfg.benchmark, cfg.data_dir, cfg.split, **caps)
+        tasks = select_kbs(tasks, cfg.kbs, cfg.benchmark)
     # The worker's backend (ONNX Runtime under `auto`), on every CPU.
     enc = load_encoder(settings, name=cfg.encoder, threads=available_cpus())
     cache = EmbeddingCache(enc, cfg.cache_dir, progress=progress)
@@ -137,6 +163,18 @@ def run_evaluation(settings: Settings, cfg: EvalConfig, *, progress: bool = True
             grids=grids,
         )
 
+    if multilingual:
+        with threadpool_limits(limits=cfg.blas_threads):
+            return run_languages(
+                settings,
+                cfg,
+                enc,
+                cache.embed,
+                dets,
+                grids,
+                progress,
+                select=lambda tasks: select_kbs(tasks, cfg.kbs, cfg.benchmark),
+            )
     with threadpool_limits(limits=cfg.blas_threads):
         report = run(cfg.seed, cfg.protocol)
         if cfg.n_seeds > 1:

@@ -6,7 +6,14 @@ environment, the packaged demo KB and queries, and :func:`run_demo`, which puts 
 together as ``sidecar demo``.
 """
 
-from sidecar.local._demo import DemoData, demo_data, publish, train_demo_model, training_half
+from sidecar.local._demo import (
+    DemoData,
+    demo_data,
+    demo_multilingual_queries,
+    publish,
+    train_demo_model,
+    training_half,
+)
 from sidecar.local._demo_run import DemoConfig, DemoRun, run_demo
 from sidecar.local._embedded import EmbeddedBroker, EmbeddedRedis, free_port
 from sidecar.local._worker import WorkerProcess, settings_env
@@ -19,6 +26,7 @@ __all__ = [
     "EmbeddedRedis",
     "WorkerProcess",
     "demo_data",
+    "demo_multilingual_queries",
     "free_port",
     "publish",
     "run_demo",

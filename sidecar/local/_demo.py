@@ -62,6 +62,19 @@ def demo_data() -> DemoData:
     return DemoData(_texts(_FILES["kb"]), _texts(_FILES["id"]), _texts(_FILES["ood"]))
 
 
+def demo_multilingual_queries() -> list[dict[str, str]]:
+    """The demo's multilingual turn: five clinic questions and two off-topic ones, each in
+    English, German, Spanish, French, Italian and Dutch; rows ``{"text", "lang",
+    "expected"}`` (``expected`` is ID or OOD)."""
+    name = "demo_multilingual_queries.jsonl"
+    try:
+        raw = resources.files("sidecar").joinpath("data", name).read_text(encoding="utf-8")
+        rows = [json.loads(line) for line in raw.splitlines() if line.strip()]
+        return [{k: str(r[k]) for k in ("text", "lang", "expected")} for r in rows]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise DataError(f"demo data file {name} is missing or malformed: {exc}") from exc
+
+
 def training_half(texts: list[str]) -> list[str]:
     """The queries the demo model is fitted on (every other one); the rest stay unseen."""
     return texts[::2]

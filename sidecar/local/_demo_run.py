@@ -20,7 +20,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from sidecar.errors import ConfigError
-from sidecar.local._demo import demo_data, publish, train_demo_model, training_half
+from sidecar.local._demo import (
+    demo_data,
+    demo_multilingual_queries,
+    publish,
+    train_demo_model,
+    training_half,
+)
 from sidecar.local._embedded import EmbeddedBroker, free_port
 from sidecar.local._worker import WorkerProcess
 from sidecar.settings import Settings, load_settings, mask_url_password
@@ -51,13 +57,17 @@ class DemoConfig:
     to a directory store when it does not answer (a URL given must answer);
     ``directory_store`` skips Redis; ``limit`` streams only the first N demo queries;
     ``timeout_s`` bounds the waits for the worker and the verdicts; ``workdir`` keeps the
-    worker log and directory store (None: a new temp dir)."""
+    worker log and directory store (None: a new temp dir); ``encoder`` is the worker's
+    ``scoring.encoder`` (None: the settings'); ``multilingual`` adds the multilingual
+    turn, the clinic questions asked in five more languages."""
 
     redis_url: str | None = None
     directory_store: bool = False
     limit: int | None = None
     timeout_s: float = 180.0
     workdir: Path | None = None
+    encoder: str | None = None
+    multilingual: bool = False
 
 
 @dataclass(frozen=True)
@@ -108,7 +118,7 @@ def run_demo(
     with EmbeddedBroker() as broker:
         pid = broker.proc.pid if broker.proc else "?"
         say(f"broker: embedded Tansu on {broker.bootstrap} (pid {pid})")
-        settings = _demo_settings(broker, url, use_redis, work)
+        settings = _demo_settings(broker, url, use_redis, work, cfg.encoder)
         from sidecar.stream import ensure_topics
 
         asyncio.run(ensure_topics(settings))
@@ -120,8 +130,9 @@ def run_demo(
             say(f"model: {model.detector_name}, version {version}, threshold {model.threshold:.4f}")
             say("waiting for the worker to be ready ...")
             worker.wait_ready(cfg.timeout_s)
+            queries = _queries(cfg.limit, cfg.multilingual)
             rows, dead = asyncio.run(
-                _stream(settings, broker.bootstrap, cfg.limit, cfg.timeout_s, bar)
+                _stream(settings, broker.bootstrap, queries, cfg.timeout_s, bar)
             )
             if show is not None:
                 show(rows, dead)
@@ -131,9 +142,13 @@ def run_demo(
     return DemoRun(rows, dead, url if use_redis else None, work / "store")
 
 
-def _demo_settings(broker: EmbeddedBroker, url: str, use_redis: bool, work: Path) -> Settings:
-    """The worker's and the demo's settings: the embedded broker, the demo's key prefix."""
+def _demo_settings(
+    broker: EmbeddedBroker, url: str, use_redis: bool, work: Path, encoder: str | None = None
+) -> Settings:
+    """The worker's and the demo's settings: the embedded broker, the demo's key prefix
+    (and ``encoder`` as ``scoring.encoder`` when given)."""
     return load_settings(
+        **({"scoring": {"encoder": encoder}} if encoder else {}),
         kafka={
             "brokers": broker.url,
             "app_id": "sidecar-demo",
@@ -184,11 +199,11 @@ def redis_problem(url: str, settings: Settings) -> str | None:
 
 
 def _train_and_publish(settings: Settings, say: Callable[[str], None]) -> tuple[str, Any]:
-    from sidecar.encoders import SentenceTransformerEncoder
+    from sidecar.encoders import load_encoder
     from sidecar.persistence import open_store
 
-    say("training the demo KB model (loading the encoder) ...")
-    encoder = SentenceTransformerEncoder(settings.scoring.encoder, device=settings.scoring.device)
+    say(f"training the demo KB model (loading the encoder {settings.scoring.encoder}) ...")
+    encoder = load_encoder(settings.scoring)
     model = train_demo_model(encoder, kb=settings.scoring.default_kb)
     store = open_store(settings)
     try:
@@ -197,19 +212,38 @@ def _train_and_publish(settings: Settings, say: Callable[[str], None]) -> tuple[
         store.close()
 
 
+def _queries(limit: int | None, multilingual: bool) -> dict[str, dict[str, Any]]:
+    """The queries to stream by id: the labelled demo queries (the first ``limit``), then
+    with ``multilingual`` the multilingual turn; each with its ``text``, ``expected``
+    label, whether it was ``seen`` in training and, for the turn, its ``lang``."""
+    d = demo_data()
+    labelled = d.labelled()[:limit] if limit else d.labelled()
+    seen = set(training_half(d.id_queries)) | set(training_half(d.ood_queries))
+    out = {
+        f"demo-{i:03d}": {"text": text, "expected": label, "seen": text in seen}
+        for i, (text, label) in enumerate(labelled)
+    }
+    if multilingual:
+        for i, row in enumerate(demo_multilingual_queries()):
+            out[f"lang-{i:03d}"] = {
+                "text": row["text"],
+                "expected": row["expected"],
+                "seen": False,
+                "lang": row["lang"],
+            }
+    return out
+
+
 async def _stream(
     settings: Settings,
     bootstrap: str,
-    limit: int | None,
+    queries: dict[str, dict[str, Any]],
     timeout_s: float,
     bar: Callable[[int], AbstractContextManager[ProgressBar]] | None,
 ) -> tuple[Rows, Rows]:
     """Produce the demo queries, collect their verdicts and dead letters."""
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-    d = demo_data()
-    labelled = d.labelled()[:limit] if limit else d.labelled()
-    seen = set(training_half(d.id_queries)) | set(training_half(d.ood_queries))
     k = settings.kafka
     consumer = AIOKafkaConsumer(
         k.verdicts_topic,
@@ -227,13 +261,11 @@ async def _stream(
     dead: Rows = []
     make_bar = bar or (lambda _total: nullcontext(_NoBar()))
     try:
-        expected: dict[str, tuple[str, str]] = {}
-        for i, (text, label) in enumerate(labelled):
-            qid = f"demo-{i:03d}"
-            expected[qid] = (text, label)
+        expected = queries
+        for qid, query in queries.items():
             doc = {
                 "id": qid,
-                "text": text,
+                "text": query["text"],
                 "kb": settings.scoring.default_kb,
                 "ts": int(time.time() * 1000),
             }
@@ -251,13 +283,7 @@ async def _stream(
                                 dead.append(doc)
                                 shown.update(1)
                             elif doc["id"] in expected and doc["id"] not in rows:
-                                text, label = expected[doc["id"]]
-                                rows[doc["id"]] = {
-                                    **doc,
-                                    "text": text,
-                                    "expected": label,
-                                    "seen": text in seen,
-                                }
+                                rows[doc["id"]] = {**doc, **expected[doc["id"]]}
                                 shown.update(1)
     finally:
         await producer.stop()

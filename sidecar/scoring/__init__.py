@@ -31,6 +31,11 @@ from sidecar.scoring._calibration import (
 from sidecar.scoring._fit import FitConfig, fit_model, fit_ood_model
 from sidecar.scoring._geometric import EpsilonBall, EpsilonCube, EpsilonRect
 from sidecar.scoring._gmm import GMMDetector
+from sidecar.scoring._languages import (
+    UNDETERMINED_LANGUAGE,
+    language_thresholds,
+    recalibrate_by_language,
+)
 from sidecar.scoring._linear import CombinedDetector, LogRegDetector
 from sidecar.scoring._linf import SCANS, choose_scan
 from sidecar.scoring._model import OODModel
@@ -46,6 +51,7 @@ __all__ = [
     "MIN_PROBE_COSINE",
     "PROBE_TEXTS",
     "SCANS",
+    "UNDETERMINED_LANGUAGE",
     "CombinedDetector",
     "EpsilonBall",
     "EpsilonCube",
@@ -68,6 +74,7 @@ __all__ = [
     "detector_table",
     "fit_model",
     "fit_ood_model",
+    "language_thresholds",
     "make_detector",
     "min_calibration_size",
     "model_from_state",
@@ -77,6 +84,7 @@ __all__ = [
     "probe_mismatch",
     "quiet_calibration",
     "recalibrate",
+    "recalibrate_by_language",
     "select_evr",
     "select_pvalue",
 ]

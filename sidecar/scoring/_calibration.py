@@ -119,7 +119,9 @@ def recalibrate(model: OODModel, id_embeddings: Any, target_frr: float) -> OODMo
     whose threshold misses its target on live traffic (a shift the training queries did not
     show) gets its promise back without retraining. The figures of the replaced threshold
     move under ``metrics["recalibrated_from"]``, with the rate at which it refused these
-    queries; the other metrics (validation, training) are kept as they were.
+    queries; the other metrics (validation, training) are kept as they were. Per-language
+    thresholds (:func:`recalibrate_by_language`), calibrated on older traffic, go with the
+    old threshold (recorded beside it).
 
     Parameters
     ----------
@@ -153,7 +155,11 @@ def recalibrate(model: OODModel, id_embeddings: Any, target_frr: float) -> OODMo
             "frr_on_recalibration_queries": float(np.mean(scores > model.threshold)),
         }
     )
-    metrics = {k: v for k, v in model.metrics.items() if k not in _OLD_POINT}
+    if model.language_thresholds:  # calibrated on older traffic: they go with the old point
+        old["language_thresholds"] = dict(model.language_thresholds)
+    metrics = {
+        k: v for k, v in model.metrics.items() if k not in (*_OLD_POINT, "language_calibration")
+    }
     metrics.update(
         {
             "calibration": "recalibrated",
@@ -168,4 +174,11 @@ def recalibrate(model: OODModel, id_embeddings: Any, target_frr: float) -> OODMo
         "threshold_rule": "frr",
         "calibration": "recalibrated",
     }
-    return dataclasses.replace(model, threshold=thr, metrics=metrics, params=params, version=None)
+    return dataclasses.replace(
+        model,
+        threshold=thr,
+        metrics=metrics,
+        params=params,
+        language_thresholds={},
+        version=None,
+    )

@@ -73,6 +73,10 @@ class OODModel:
         Embeddings of ``encoder_probe_texts`` by the encoder that embedded the training
         data (see :mod:`sidecar.scoring._probes`); None when training had no encoder.
     encoder_probe_texts : tuple of str
+    language_thresholds : dict of str to float
+        Thresholds of their own for queries detected in these languages (ISO 639-1
+        codes), each calibrated on ID queries of that language; every other query
+        (another language, or none detected) meets ``threshold``.
     version : str or None
         The artifact version the model was loaded from (not part of its content).
     """
@@ -94,6 +98,7 @@ class OODModel:
     explained_variance_ratio: np.ndarray | None = None
     encoder_probes: np.ndarray | None = None
     encoder_probe_texts: tuple[str, ...] = ()
+    language_thresholds: dict[str, float] = field(default_factory=dict)
     version: str | None = None
     # Hot-path caches, derived in __post_init__.
     _inputs: tuple[str, ...] = field(init=False, repr=False)
@@ -163,6 +168,12 @@ class OODModel:
         setattr_(self, "selected_pcs", sel)
         setattr_(self, "residual_ks", ks)
         setattr_(self, "threshold", float(self.threshold))
+        langs = {}
+        for lang, thr in dict(self.language_thresholds or {}).items():
+            if not isinstance(lang, str) or not lang or not np.isfinite(float(thr)):
+                raise DataError(f"language threshold {lang!r}: {thr!r} is not a finite number")
+            langs[lang] = float(thr)
+        setattr_(self, "language_thresholds", langs)
         # Hot-path caches: float32 contiguous operands, computed once per model.
         setattr_(self, "_inputs", inputs)
         setattr_(self, "_mean64", np.ascontiguousarray(self.mean, dtype=np.float64))
@@ -309,14 +320,33 @@ class OODModel:
         near = [top_cosines(q, bank, 1) >= _DUPLICATE_COS for bank in self._banks]
         return np.logical_or(*near)
 
-    def predict(self, E: Any) -> np.ndarray:
+    def threshold_for(self, language: str | None) -> float:
+        """The threshold a query detected in ``language`` meets (the global one for a
+        language without its own, or None)."""
+        if language is None:
+            return self.threshold
+        return self.language_thresholds.get(language, self.threshold)
+
+    def thresholds(self, languages: Any, n: int) -> np.ndarray:
+        """Per-query thresholds, ndarray of shape (n,): ``threshold`` for every query
+        when ``languages`` is None, else each query's :meth:`threshold_for`."""
+        if languages is None or not self.language_thresholds:
+            return np.full(n, self.threshold)
+        langs = list(languages)
+        if len(langs) != n:
+            raise DataError(f"{len(langs)} languages for {n} queries")
+        return np.array([self.threshold_for(lang) for lang in langs], dtype=np.float64)
+
+    def predict(self, E: Any, languages: Any = None) -> np.ndarray:
         """True where the query is OOD (``score > threshold``); bool ndarray of shape (n,).
 
-        A query without a score (NaN: an embedding that is not all numbers) is OOD: an
-        answer nothing vouches for is refused, as the stream's fail-closed mode does.
+        ``languages`` (one code or None per query) selects each query's threshold among
+        :attr:`language_thresholds`. A query without a score (NaN: an embedding that is
+        not all numbers) is OOD: an answer nothing vouches for is refused, as the
+        stream's fail-closed mode does.
         """
         s = self.score(E)
-        return (s > self.threshold) | np.isnan(s)
+        return (s > self.thresholds(languages, len(s))) | np.isnan(s)
 
     def with_metrics(self, **metrics: Any) -> OODModel:
         """A copy with ``metrics`` merged into the model's metrics."""

@@ -66,6 +66,8 @@ def model_state(model: OODModel) -> tuple[dict[str, Any], dict[str, np.ndarray]]
     }
     if model.encoder_probe_texts:
         section["encoder_probe_texts"] = list(model.encoder_probe_texts)
+    if model.language_thresholds:
+        section["language_thresholds"] = dict(sorted(model.language_thresholds.items()))
     return section, arrays
 
 
@@ -111,6 +113,12 @@ def model_from_state(
         probe_texts = section.get("encoder_probe_texts", [])
         if not (isinstance(probe_texts, list) and all(isinstance(t, str) for t in probe_texts)):
             raise ValueError("encoder_probe_texts is not a list of strings")
+        # absent from models saved before per-language thresholds: none then
+        langs = section.get("language_thresholds", {})
+        if not isinstance(langs, Mapping) or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in langs.values()
+        ):
+            raise ValueError("language_thresholds is not an object of language -> number")
         out = OODModel(
             kb=str(kb),
             encoder={"name": str(encoder["name"]), "dim": int(encoder["dim"])},
@@ -129,6 +137,7 @@ def model_from_state(
             explained_variance_ratio=evr,
             encoder_probes=arrays.get("encoder.probes"),
             encoder_probe_texts=tuple(probe_texts),
+            language_thresholds=dict(langs),
             version=version,
         )
         _check_built(out, section)

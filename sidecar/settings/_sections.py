@@ -127,7 +127,12 @@ class StoreSettings(_Section):
 class ScoringSettings(_Section):
     """Encoder, micro-batching and input policy on the scoring path."""
 
-    encoder: str = Field(DEFAULT_ENCODER, description="sentence-transformers name or local path")
+    encoder: str = Field(
+        DEFAULT_ENCODER,
+        description="all-MiniLM-L6-v2 (English), use-multilingual-v3 or "
+        "multilingual-e5-small-q4 (multilingual, the `multilingual` extra), or a local "
+        "sentence-transformers directory",
+    )
     device: str = Field("cpu", description="torch device of the torch encoder backend")
     kbs: tuple[str, ...] = Field(
         ("default",),
@@ -172,6 +177,17 @@ class ScoringSettings(_Section):
         "closed",
         description="verdict when no model is loaded, or the embedding server gives no "
         "vectors in time: closed = OOD, open = ID",
+    )
+    detect_language: bool = Field(
+        True,
+        description="tell each query's language (py3langid, offline), write it into the "
+        "verdict and pick the model's threshold for that language where it has one",
+    )
+    languages: tuple[str, ...] = Field(
+        (),
+        description="the languages (ISO 639-1, a JSON list) the language detector chooses "
+        "among; empty: the encoder's own languages (every language for an English-only "
+        "encoder)",
     )
 
     @field_validator("onnx_prebuilt_dir", mode="before")

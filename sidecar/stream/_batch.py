@@ -75,6 +75,12 @@ class Holder(Protocol):
     def snapshot(self) -> Mapping[str, Loaded]: ...
 
 
+class LanguageTeller(Protocol):
+    """What the batch needs of ``sidecar.encoders.LanguageDetector``."""
+
+    def detect(self, texts: Sequence[str]) -> list[str]: ...
+
+
 class TextEncoder(Protocol):
     """The part of ``sidecar.scoring.Encoder`` used here."""
 
@@ -96,6 +102,11 @@ class EncoderThread:
 
     async def encode(self, texts: Sequence[str], *, batch_size: int) -> np.ndarray:
         call = functools.partial(self.encoder.encode, texts, batch_size=batch_size)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+
+    async def detect(self, teller: LanguageTeller, texts: Sequence[str]) -> list[str]:
+        """``teller.detect(texts)`` on the same thread, off the event loop."""
+        call = functools.partial(teller.detect, texts)
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
     def close(self) -> None:
@@ -133,6 +144,9 @@ class BatchScorer:
         ``encoder_unavailable``: an embedding server that gave no vectors in time).
     encode_batch_size : int
         Batch size handed to the encoder.
+    languages : LanguageTeller, optional
+        Tells each query's language: the verdict carries it, and a model with a threshold
+        for that language applies it. None: no language.
     """
 
     def __init__(
@@ -143,8 +157,10 @@ class BatchScorer:
         *,
         fail_mode: Literal["closed", "open"] = "closed",
         encode_batch_size: int = 64,
+        languages: LanguageTeller | None = None,
     ) -> None:
         self.encoder = encoder
+        self.languages = languages
         self.encoder_thread = EncoderThread(encoder)
         self.holder = holder
         self.policy = policy
@@ -179,6 +195,7 @@ class BatchScorer:
                 for j, q in enumerate(queries):
                     results[scored[j]] = self._fail_mode_verdict(q, ENCODER_UNAVAILABLE)
                 embeddings, failed, queries = None, {}, []
+            langs = await self._languages(queries) if queries else None
             t2 = time.perf_counter()
             out.timings["encode"] = t2 - t1
             for j, err in failed.items():
@@ -187,7 +204,7 @@ class BatchScorer:
                     q.raw, SCORING_FAILED, f"encoder: {err}", _version(snapshot.get(q.kb))
                 )
             ok = [j for j in range(len(queries)) if j not in failed]
-            for j, decided in self._detect(queries, embeddings, ok, snapshot).items():
+            for j, decided in self._detect(queries, embeddings, ok, snapshot, langs).items():
                 results[scored[j]] = decided
             out.timings["detect"] = time.perf_counter() - t2
 
@@ -237,12 +254,25 @@ class BatchScorer:
                 E[j] = r
         return E, failed
 
+    async def _languages(self, queries: list[Query]) -> list[str] | None:
+        """Each query's language (None without a detector, or when it fails: the
+        queries then meet the global thresholds)."""
+        if self.languages is None:
+            return None
+        try:
+            langs = await self.encoder_thread.detect(self.languages, [q.text for q in queries])
+        except Exception as exc:  # a detector failure must not drop the batch
+            log.warning("language detection of %s texts failed: %s", len(queries), exc)
+            return None
+        return langs if len(langs) == len(queries) else None
+
     def _detect(
         self,
         queries: list[Query],
         E: np.ndarray | None,
         ok: list[int],
         snapshot: Mapping[str, Loaded],
+        langs: list[str] | None = None,
     ) -> dict[int, Verdict | DeadLetter]:
         """Score the encoded queries per KB with that KB's model of this snapshot."""
         decided: dict[int, Verdict | DeadLetter] = {}
@@ -260,7 +290,8 @@ class BatchScorer:
                     detail = s if isinstance(s, str) else "detector returned NaN"
                     decided[j] = DeadLetter(q.raw, SCORING_FAILED, detail, loaded.version)
                     continue
-                threshold = float(loaded.model.threshold)
+                lang = langs[j] if langs is not None else None
+                threshold = _threshold(loaded.model, lang)
                 decided[j] = Verdict(
                     q,
                     "OOD" if s > threshold else "ID",
@@ -268,8 +299,18 @@ class BatchScorer:
                     threshold,
                     loaded.model.detector_name,
                     loaded.version,
+                    extra={} if langs is None else {"language": lang},
                 )
         return decided
+
+
+def _threshold(model: ScoringModel, language: str | None) -> float:
+    """The model's threshold for a query in ``language`` (its own where the model has
+    one, see ``OODModel.threshold_for``; the global one otherwise)."""
+    for_language = getattr(model, "threshold_for", None)
+    if language is None or for_language is None:
+        return float(model.threshold)
+    return float(for_language(language))
 
 
 def _parse(raw: Raw, policy: InputPolicy) -> Query | Rejected:
@@ -318,3 +359,13 @@ def _as_query(p: Query | Rejected) -> Query:
 
 def _version(loaded: Loaded | None) -> str | None:
     return loaded.version if loaded is not None else None
+
+
+def language_detector(scoring: Any, encoder_name: str) -> LanguageTeller | None:
+    """The language detector ``scoring`` (a ``ScoringSettings``) asks for, choosing among
+    the languages of the encoder named ``encoder_name``; None when it is switched off."""
+    if not scoring.detect_language:
+        return None
+    from sidecar.encoders import LanguageDetector, detector_languages
+
+    return LanguageDetector(detector_languages(encoder_name, scoring.languages))

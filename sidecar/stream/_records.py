@@ -268,6 +268,7 @@ class Verdict:
             doc["truncated"] = True
         if self.reason is not None:
             doc["reason"] = self.reason
+        doc.update(self.extra)  # e.g. the query's detected language
         return doc
 
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from sidecar.errors import EncoderMismatch, StreamHalted
 from sidecar.settings import Settings
-from sidecar.stream._batch import BatchScorer
+from sidecar.stream._batch import BatchScorer, language_detector
 from sidecar.stream._metrics import StreamMetrics
 from sidecar.stream._publish import Publisher
 from sidecar.stream._records import InputPolicy, Raw
@@ -67,6 +67,7 @@ class Runtime:
             ),
             fail_mode=sc.fail_mode,
             encode_batch_size=sc.batch_max,
+            languages=language_detector(sc, encoder.name),
         )
         self.publisher: Publisher | None = None  # bound to the app's producer in create_app
         self.models_loaded = asyncio.Event()

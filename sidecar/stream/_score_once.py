@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from sidecar.settings import Settings
-from sidecar.stream._batch import BatchOutcome, BatchScorer
+from sidecar.stream._batch import BatchOutcome, BatchScorer, language_detector
 from sidecar.stream._records import InputPolicy, Raw
 
 if TYPE_CHECKING:  # the worker imports this package; scoring loads with the first model
@@ -47,7 +47,13 @@ def score_once(
     policy = InputPolicy(
         kbs=(kb,), default_kb=kb, max_text_chars=sc.max_text_chars, overlong=sc.overlong
     )
-    scorer = BatchScorer(encoder, _One(), policy, fail_mode=sc.fail_mode)
+    scorer = BatchScorer(
+        encoder,
+        _One(),
+        policy,
+        fail_mode=sc.fail_mode,
+        languages=language_detector(sc, encoder.name),
+    )
     raws = [Raw(value=v, topic="cli", partition=0, offset=i) for i, v in enumerate(values)]
     try:
         return asyncio.run(scorer.score(raws))

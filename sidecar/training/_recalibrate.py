@@ -9,6 +9,7 @@ the model's training queries (their figures are optimistic).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +17,7 @@ import numpy as np
 
 from model_store import Artifact
 from sidecar.persistence import model_to_artifact
-from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel, recalibrate
+from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel, recalibrate, recalibrate_by_language
 
 
 @dataclass(frozen=True)
@@ -34,9 +35,14 @@ class Recalibration:
 
 
 def recalibrate_release(
-    model: OODModel, E: np.ndarray, target_frr: float | None = None
+    model: OODModel,
+    E: np.ndarray,
+    target_frr: float | None = None,
+    languages: Sequence[str] | None = None,
 ) -> Recalibration:
-    """``model`` recalibrated on ``E`` for ``target_frr`` (default: the model's own target).
+    """``model`` recalibrated on ``E`` for ``target_frr`` (default: the model's own target);
+    with ``languages`` (each query's), also per language
+    (:func:`sidecar.scoring.recalibrate_by_language`).
 
     Parameters
     ----------
@@ -48,7 +54,10 @@ def recalibrate_release(
         (``params["target_frr"]``, else ``DEFAULT_TARGET_FRR``).
     """
     target = target_frr or float(model.params.get("target_frr") or DEFAULT_TARGET_FRR)
-    new = recalibrate(model, E, target)
+    if languages is None:
+        new = recalibrate(model, E, target)
+    else:
+        new = recalibrate_by_language(model, E, languages, target)
     copies = model.training_copies(E)
     return Recalibration(
         model=new,

@@ -133,3 +133,30 @@ def test_the_sweep_option_gives_one_readable_line_for_a_bad_list(tmp_path: Any) 
         )
         assert result.exit_code == 2 and "--sweep-batch-max" in result.output
     assert not out.exists()
+
+
+def test_a_packaged_runtime_is_the_backend_the_worker_reports() -> None:
+    from sidecar.bench._e2e import _resolved_backend
+
+    ready = {"checks": {"encoder": {"ok": True, "backend": "numpy"}}}
+    assert _resolved_backend(ready, "auto") == "numpy"
+
+
+def test_an_encoder_comparison_refuses_bad_requests_before_starting_anything(
+    tmp_path: Any,
+) -> None:
+    from click.testing import CliRunner
+
+    from sidecar.bench import E2EBenchConfig, run_e2e_encoder_comparison
+    from sidecar.cli import main
+    from sidecar.errors import DataError
+
+    config = E2EBenchConfig(json_out=tmp_path / "enc.json", workdir=tmp_path / "work")
+    with pytest.raises(DataError, match="at least one encoder"):
+        run_e2e_encoder_comparison(config, [])
+    out = tmp_path / "enc.json"
+    base = ["bench", "e2e", "--json", str(out), "--compare-encoders"]
+    for extra in ([","], ["a,b", "--sweep-batch-max", "8"], ["a,b", "--encoder", "a"]):
+        result = CliRunner().invoke(main, [*base, *extra])
+        assert result.exit_code == 2 and "encoder" in result.output
+    assert not out.exists() and not (tmp_path / "work").exists()

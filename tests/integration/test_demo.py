@@ -45,3 +45,25 @@ def test_demo_runs_end_to_end_and_prints_verdicts(tmp_path: Path) -> None:
         timeout=120,
     )
     assert listed.returncode == 0 and "default" in listed.stdout, listed.stderr
+
+
+def test_the_multilingual_turn_streams_through_the_worker_with_languages(
+    tmp_path: Path,
+) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "sidecar", "demo", "--directory-store", "--limit", "2",
+         "--multilingual", "--workdir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    assert "loading the encoder use-multilingual-v3" in out
+    rows = [line.split() for line in out.splitlines() if line.startswith("lang-")]
+    assert len(rows) == 42
+    # the worker's verdicts carry the detected language of every question
+    told = {row[3] if row[3] != "!" else row[4] for row in rows}
+    assert told <= {"en", "de", "es", "fr", "it", "nl", "und"} and len(told) >= 6
+    for lang in ("de", "es", "fr", "it", "nl"):
+        assert f"multilingual turn, {lang}: " in out

@@ -16,3 +16,19 @@ def test_labelled_interleaves_and_keeps_every_query() -> None:
 
 def test_training_half_leaves_the_other_half_unseen() -> None:
     assert training_half(["a", "b", "c", "d", "e"]) == ["a", "c", "e"]
+
+
+def test_the_multilingual_turn_asks_each_question_in_six_languages() -> None:
+    from sidecar.local import demo_multilingual_queries
+    from sidecar.local._demo_run import _queries
+
+    rows = demo_multilingual_queries()
+    langs = {"en", "de", "es", "fr", "it", "nl"}
+    assert {r["lang"] for r in rows} == langs and len(rows) == 7 * len(langs)
+    assert sum(r["expected"] == "ID" for r in rows) == 5 * len(langs)
+    plain = _queries(4, multilingual=False)
+    assert list(plain) == ["demo-000", "demo-001", "demo-002", "demo-003"]
+    both = _queries(4, multilingual=True)
+    turn = [q for qid, q in both.items() if qid.startswith("lang-")]
+    assert len(both) == 4 + len(rows) and all(not q["seen"] for q in turn)
+    assert [q["lang"] for q in turn] == [r["lang"] for r in rows]

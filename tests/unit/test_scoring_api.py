@@ -29,6 +29,7 @@ def test_all_is_pinned() -> None:
             "ResidualDetector",
             "SCANS",
             "SVMDetector",
+            "UNDETERMINED_LANGUAGE",
             "choose_scan",
             "conformal_threshold",
             "detector_class",
@@ -36,6 +37,7 @@ def test_all_is_pinned() -> None:
             "detector_table",
             "fit_model",
             "fit_ood_model",
+            "language_thresholds",
             "make_detector",
             "min_calibration_size",
             "model_from_state",
@@ -45,6 +47,7 @@ def test_all_is_pinned() -> None:
             "probe_mismatch",
             "quiet_calibration",
             "recalibrate",
+            "recalibrate_by_language",
             "select_evr",
             "select_pvalue",
         ]

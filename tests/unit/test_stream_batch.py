@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import pytest
-from support.stream_fakes import FakeEncoder, FakeLoaded, FakeModel, holder
+from support.stream_fakes import FakeEncoder, FakeHolder, FakeLoaded, FakeModel, holder
 
 from sidecar.stream import BatchScorer, DeadLetter, InputPolicy, Raw, Verdict
 from sidecar.stream import _records as r
@@ -169,3 +171,49 @@ async def test_a_parser_bug_dead_letters_that_record_not_the_batch() -> None:
 
 def test_types_are_the_public_ones() -> None:
     assert Verdict.__name__ == "Verdict" and DeadLetter.__name__ == "DeadLetter"
+
+
+@dataclass(frozen=True)
+class FakeLanguageModel(FakeModel):
+    """A model with a threshold of its own for Dutch."""
+
+    def threshold_for(self, language: str | None) -> float:
+        return 0.9 if language == "nl" else self.threshold
+
+
+class FakeTeller:
+    """Says 'nl' for texts starting with 'nl:', 'en' otherwise; fails on 'BOOM'."""
+
+    def detect(self, texts: Sequence[str]) -> list[str]:
+        if any("BOOM" in t for t in texts):
+            raise RuntimeError("detector exploded")
+        return ["nl" if t.startswith("nl:") else "en" for t in texts]
+
+
+async def test_the_verdict_carries_the_language_and_its_threshold() -> None:
+    model = FakeLanguageModel()
+    h = FakeHolder({"default": FakeLoaded("default", "v1", model)})
+    scorer = BatchScorer(FakeEncoder(), h, POLICY, languages=FakeTeller())
+    out = await scorer.score(raws({"id": "a", "text": "nl:abc"}, {"id": "b", "text": "en:abc"}))
+    recs = {v.query.id: v.to_record(now_ms=2.0) for v in out.verdicts}
+    # both score 0.6: Dutch meets its own 0.9 (ID), English the global 0.5 (OOD)
+    assert (recs["a"]["language"], recs["a"]["threshold"], recs["a"]["verdict"]) == (
+        "nl",
+        0.9,
+        "ID",
+    )
+    assert (recs["b"]["language"], recs["b"]["threshold"], recs["b"]["verdict"]) == (
+        "en",
+        0.5,
+        "OOD",
+    )
+    # a failing detector costs the language, never the verdicts
+    out = await scorer.score(raws({"id": "c", "text": "nl:BOOM"}))
+    rec = out.verdicts[0].to_record(now_ms=2.0)
+    assert "language" not in rec and rec["threshold"] == 0.5
+    # no detector: no language field, the global threshold
+    plain = BatchScorer(FakeEncoder(), h, POLICY)
+    rec = (await plain.score(raws({"id": "d", "text": "nl:abc"}))).verdicts[0].to_record(now_ms=2)
+    assert "language" not in rec and rec["verdict"] == "OOD"
+    scorer.encoder_thread.close()
+    plain.encoder_thread.close()

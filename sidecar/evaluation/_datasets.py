@@ -69,6 +69,9 @@ class KBTask:
     # The same for the ID training queries: the training split keeps each group in one of
     # fit / validation / calibration, so calibration queries are as new as judged ones.
     id_train_groups: tuple[int, ...] | None = None
+    # False when the OOD evaluation queries are of a family held out of training (the
+    # unseen-OOD protocol): cross-fitting then trains on the other folds' ID queries only.
+    ood_eval_trains: bool = True
 
 
 def _dedupe(texts: Sequence[str], exclude: set[str] | None = None) -> list[str]:

@@ -198,7 +198,7 @@ def _fold_splits(
     id_groups, ood_groups = g_idt, g_oodt
     if task.cross_fit > 1:  # train on the other folds' evaluation queries
         id_train, ood_train, id_groups, ood_groups = cross_fit_training(
-            (E.idt, E.ide, E.oodt, E.oode), groups, *fold
+            (E.idt, E.ide, E.oodt, E.oode), groups, *fold, ood_eval_trains=task.ood_eval_trains
         )
     return carve_splits(
         E.kb,

@@ -53,6 +53,8 @@ class EvalConfig:
     protocol: bool = True
     features: str | None = None
     neighbour_bank: int | None = None
+    # "standard", or "unseen-ood": OOD families held out of training (evaluation._unseen)
+    ood_protocol: str = "standard"
 
 
 def select_kbs(tasks: Sequence[KBTask], kbs: str | None, benchmark: str) -> list[KBTask]:
@@ -86,6 +88,49 @@ def _grids(cfg: EvalConfig, detectors: Sequence[str]) -> dict[str, Any] | None:
     return {"combined": combined_grid(blocks, cfg.neighbour_bank)}
 
 
+def _check_ood_protocol(cfg: EvalConfig) -> None:
+    from sidecar.evaluation._unseen import OOD_PROTOCOLS
+
+    if cfg.ood_protocol not in OOD_PROTOCOLS:
+        raise ConfigError(f"OOD protocol must be one of {OOD_PROTOCOLS}, not {cfg.ood_protocol!r}")
+    if cfg.ood_protocol != "standard" and cfg.n_seeds > 1:
+        raise ConfigError("--seeds applies to the standard OOD protocol only")
+
+
+def _unseen(
+    cfg: EvalConfig,
+    tasks: Sequence[KBTask],
+    embed: Any,
+    encoder: dict[str, Any],
+    dets: Sequence[str],
+    grids: dict[str, Any] | None,
+    progress: bool,
+) -> dict[str, Any]:
+    """The unseen-OOD protocol on ``tasks`` (see :mod:`sidecar.evaluation._unseen`)."""
+    from sidecar.evaluation._unseen import unseen_holdouts
+    from sidecar.evaluation._unseen_run import evaluate_unseen
+
+    report = evaluate_unseen(
+        cfg.benchmark,
+        cfg.split,
+        unseen_holdouts(cfg.benchmark, tasks, cfg.data_dir, cfg.split),
+        embed,
+        encoder=encoder,
+        detectors=dets,
+        criterion=cfg.criterion,
+        seed=cfg.seed,
+        target_frr=cfg.target_frr,
+        threshold_rule=cfg.threshold_rule,
+        fold_grouping=cfg.fold_grouping,
+        calibration=cfg.calibration,
+        grids=grids,
+        progress=progress,
+    )
+    if grids is not None:
+        report["combined_grid"] = {"features": cfg.features, "neighbour_bank": cfg.neighbour_bank}
+    return report
+
+
 def run_evaluation(settings: Settings, cfg: EvalConfig, *, progress: bool = True) -> dict[str, Any]:
     """Evaluate every detector of ``cfg`` on its benchmark and return the report JSON.
 
@@ -108,6 +153,7 @@ def run_evaluation(settings: Settings, cfg: EvalConfig, *, progress: bool = True
     }
     if caps and cfg.benchmark != "stackexchange":
         raise ConfigError("--max-train-per-kb / --max-eval-per-kb apply to stackexchange only")
+    _check_ood_protocol(cfg)
     dets = DETECTORS if cfg.detectors is None else cfg.detectors
     grids = _grids(cfg, dets)
     tasks = load_benchmark(cfg.benchmark, cfg.data_dir, cfg.split, **caps)
@@ -116,6 +162,12 @@ def run_evaluation(settings: Settings, cfg: EvalConfig, *, progress: bool = True
     enc = load_encoder(settings.scoring, name=cfg.encoder, threads=available_cpus())
     cache = EmbeddingCache(enc, cfg.cache_dir, progress=progress)
     groups: dict[Any, Any] = {}  # near-duplicate groups: the same for every seed
+    if cfg.ood_protocol == "unseen-ood":
+        with threadpool_limits(limits=cfg.blas_threads):
+            encoder = {"name": enc.name, "dim": enc.dim}
+            report = _unseen(cfg, tasks, cache.embed, encoder, dets, grids, progress)
+        report["subsample"] = caps or None
+        return report
 
     def run(at: int, with_protocol: bool) -> dict[str, Any]:
         return evaluate_benchmark(

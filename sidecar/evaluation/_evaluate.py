@@ -237,6 +237,8 @@ def _searched(
         "val_auroc": res.val_auroc,
         "calibration": res.model.metrics.get("calibration", "split"),
         "n_calibration": res.model.metrics.get("n_calibration"),
+        # what `sidecar train` predicts of the realised false-reject rate
+        "expected_frr": res.model.metrics.get("expected_frr"),
         "search_s": round(time.perf_counter() - t0, 2),
         "candidates": len(res.table),
     }

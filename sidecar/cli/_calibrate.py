@@ -52,6 +52,20 @@ from sidecar.cli._store_access import _settings, _store_options, promoted_suffix
     help="The same as a .npy array (n x the model's encoder dimension).",
 )
 @click.option(
+    "--live-queries",
+    type=click.Path(path_type=Path),
+    default=None,
+    help='A sample of live traffic as it comes (ID and OOD, unlabelled), JSONL {"text"}: '
+    "the share the new threshold refuses is recorded, and the worker alerts when its live "
+    "OOD share moves far from it.",
+)
+@click.option(
+    "--live-embeddings",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="The same as a .npy array (n x the model's encoder dimension).",
+)
+@click.option(
     "--target-frr",
     type=click.FloatRange(0, 1, min_open=True, max_open=True),
     default=None,
@@ -112,7 +126,10 @@ def calibrate_command(**opts: Any) -> None:
     )
     embed = query_embeddings(model, settings, opts)
     E = embed(opts["id_queries"], opts["id_embeddings"], "ID")
-    done = recalibrate_release(model, E, opts["target_frr"])
+    live = None
+    if opts["live_queries"] or opts["live_embeddings"]:
+        live = embed(opts["live_queries"], opts["live_embeddings"], "live")
+    done = recalibrate_release(model, E, opts["target_frr"], live)
     new, old, artifact = done.model, done.source, done.artifact
     if old.get("threshold_rule") == "balanced":
         click.echo(
@@ -127,6 +144,13 @@ def calibrate_command(**opts: Any) -> None:
         f"  threshold {model.threshold:.4f} refused {old['frr_on_recalibration_queries']:.2%} "
         f"of them; the new {new.threshold:.4f} refuses {new.metrics['calibration_frr']:.2%}"
     )
+    share = new.metrics.get("calibration_ood_share")
+    if share is not None:
+        click.echo(
+            f"  the new threshold refuses {share:.2%} of {new.metrics['n_live_sample']} live "
+            "queries: the worker exports it (sidecar_model_calibration_ood_share) and the "
+            "chart alerts when the live OOD share moves far from it"
+        )
     if done.training_copies:
         # The quantile's guarantee holds for queries new to the model: its own training
         # queries score as more in-domain, so the threshold comes out too strict.
@@ -159,6 +183,8 @@ def _check_options(opts: dict[str, Any]) -> None:
         raise click.UsageError("--allow-unsigned applies to --artifact DIR --publish")
     if bool(opts["id_queries"]) == bool(opts["id_embeddings"]):
         raise click.UsageError("give --id-queries or --id-embeddings (one of them)")
+    if opts["live_queries"] and opts["live_embeddings"]:
+        raise click.UsageError("give --live-queries or --live-embeddings, not both")
     if opts["out"]:
         check_output_dir(opts["out"], "--out")
         if opts["out"].is_dir() and any(opts["out"].iterdir()):

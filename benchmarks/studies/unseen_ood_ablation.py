@@ -3,7 +3,7 @@ protocols (``sidecar eval`` machinery, combined only; the baselines' figures com
 recorded ``eval_*_dev*.json``).
 
 Run: ``python benchmarks/studies/unseen_ood_ablation.py --benchmark covid --variants
-default,floor_res_cos --out benchmarks/results/unseen_ood_ablation_covid.json``
+no_floor,floor_kb_id --out benchmarks/results/unseen_ood_ablation_covid.json``
 (``--kbs`` for a subset, ``--protocols unseen-ood`` for one protocol).
 """
 
@@ -24,7 +24,7 @@ from sidecar.evaluation._unseen import unseen_holdouts
 from sidecar.evaluation._unseen_run import evaluate_unseen
 from sidecar.scoring import CombinedDetector
 from sidecar.settings import load_settings
-from sidecar.training import Candidate, EmbeddingCache, default_grid
+from sidecar.training import Candidate, EmbeddingCache, combined_grid
 
 
 def _floor(blocks: list[str]) -> Any:
@@ -37,12 +37,14 @@ def _floor(blocks: list[str]) -> Any:
 
 KB_ONLY = ["residual", "max_cosine"]
 WITH_ID = [*KB_ONLY, "neighbours"]
-# name -> (grid change, CombinedDetector class attributes while it runs)
+# name -> (grid change of the floorless grid, CombinedDetector class attributes meanwhile)
 VARIANTS: dict[str, tuple[Any, dict[str, float]]] = {
-    "default": (lambda c: c, {}),
+    # the regression alone (the default before the floor)
+    "no_floor": (lambda c: c, {}),
     # floor of KB distances only (residual norms, max-cosine)
     "floor_kb": (_floor(KB_ONLY), {}),
-    # + the distances to the labelled ID queries (the ID half of the neighbours block)
+    # + the distances to the labelled ID queries (the ID half of the neighbours block):
+    # the default
     "floor_kb_id": (_floor(WITH_ID), {}),
     # the same with the regression pinned at the ID 95th percentile, as the floor is
     "floor_kb_id_sup95": (_floor(WITH_ID), {"SUPERVISED_QUANTILE": 0.95}),
@@ -69,7 +71,7 @@ def main() -> None:
     out.setdefault("variants", {})
     for name in args.variants.split(","):
         change, attrs = VARIANTS[name]
-        grid = [change(c) for c in default_grid("combined")]
+        grid = [change(c) for c in combined_grid(floor=False)]
         saved = {k: getattr(CombinedDetector, k) for k in attrs}
         for k, v in attrs.items():
             setattr(CombinedDetector, k, v)

@@ -122,3 +122,17 @@ def test_a_floored_model_survives_the_artifact_round_trip_bit_exact() -> None:
     E = unit(rng.normal(size=(30, dim)))
     assert np.array_equal(loaded.score(E), model.score(E))
     assert loaded.threshold == model.threshold
+
+
+def test_the_default_grid_floors_every_combined_candidate_with_its_ood_free_blocks() -> None:
+    from sidecar.training import combined_grid, default_grid
+
+    grid = default_grid("combined")
+    for cand in grid:
+        feats = cand.params["features"]
+        want = [b for b in ("residual", "max_cosine", "knn", "neighbours") if b in feats]
+        assert cand.params["floor"] == want and want
+    assert any("neighbours" in c.params["floor"] for c in grid)
+    assert all("floor" not in c.params for c in combined_grid(floor=False))
+    custom = combined_grid(["pcs", "knn"])  # no default candidate has these blocks
+    assert {tuple(c.params["floor"]) for c in custom} == {("knn",)}

@@ -25,12 +25,33 @@ from sidecar.evaluation._unseen_run import evaluate_unseen
 from sidecar.scoring import CombinedDetector
 from sidecar.settings import load_settings
 from sidecar.training import Candidate, EmbeddingCache, combined_grid
+from sidecar.training._grid import MAX_DIMS
 
 
 def _floor(blocks: list[str]) -> Any:
     def change(c: Candidate) -> Candidate:
         feats = list(c.params.get("features", ()))
         return replace(c, params={**c.params, "floor": [b for b in blocks if b in feats]})
+
+    return change
+
+
+def _best(knn: bool) -> Any:
+    """The floor's best block alone (floor_select="best"); with ``knn``, a kNN column
+    (k = 10) joins the features and the floor, one PC fewer where the budget needs it."""
+
+    def change(c: Candidate) -> Candidate:
+        feats = list(c.params.get("features", ()))
+        m, params = c.m, dict(c.params)
+        if knn:
+            at = feats.index("residual") + 1 + ("max_cosine" in feats)
+            feats = [*feats[:at], "knn", *feats[at:]]
+            params["knn_ks"] = [10]
+            n_other = 3 + ("max_cosine" in feats) + 1 + 6 * ("neighbours" in feats)
+            m = min(m, MAX_DIMS - n_other)
+        floor = [b for b in ("residual", "max_cosine", "knn", "neighbours") if b in feats]
+        params.update({"features": feats, "floor": floor, "floor_select": "best"})
+        return replace(c, m=m, params=params)
 
     return change
 
@@ -48,6 +69,10 @@ VARIANTS: dict[str, tuple[Any, dict[str, float]]] = {
     "floor_kb_id": (_floor(WITH_ID), {}),
     # the same with the regression pinned at the ID 95th percentile, as the floor is
     "floor_kb_id_sup95": (_floor(WITH_ID), {"SUPERVISED_QUANTILE": 0.95}),
+    # the one OOD-free block that best separates the labelled training queries
+    "floor_best": (_best(knn=False), {}),
+    # the same with a kNN column among the features and the floor's blocks
+    "floor_best_knn": (_best(knn=True), {}),
 }
 
 

@@ -138,6 +138,11 @@ class CombinedDetector(LogRegDetector):
         so a query far from the KB and from every ID query is refused whatever the OOD
         families the weights learned from. The model tells the detector its block widths
         (:meth:`set_blocks`).
+    floor_select : {"mean", "best"}
+        ``"mean"``: the floor is the mean of every floor column. ``"best"``: of the floor's
+        blocks, the one whose mean column best separates the ID from the OOD training rows
+        (AUROC), alone: the labels choose which distance to trust (a narrow FAQ's subspace
+        residual, a broad site's k-th nearest document), not a direction to look in.
     class_weight, standardize, max_iter, random_state
         As :class:`LogRegDetector`.
     """
@@ -164,6 +169,7 @@ class CombinedDetector(LogRegDetector):
         neighbour_ks: tuple[int, ...] | list[int] = (1, 3, 10),
         bank_max: int | None = None,
         floor: tuple[str, ...] | list[str] | None = None,
+        floor_select: str = "mean",
         class_weight: str | None = "balanced",
         standardize: bool = True,
         max_iter: int = 2000,
@@ -181,6 +187,7 @@ class CombinedDetector(LogRegDetector):
         self.neighbour_ks = neighbour_ks
         self.bank_max = bank_max
         self.floor = floor
+        self.floor_select = floor_select
 
     def set_banks(self, id_bank: Any, ood_bank: Any) -> None:
         """Labelled training embeddings for the ``"neighbours"`` block; (n, dim) each, cut
@@ -204,7 +211,8 @@ class CombinedDetector(LogRegDetector):
         knows them), so that the floor finds its columns."""
         self.block_widths_ = {b: int(widths[b]) for b in self.inputs}
 
-    def _floor_columns(self) -> np.ndarray:
+    def _floor_columns(self, only: str | None = None) -> np.ndarray:
+        """The columns of the floor's blocks (of block ``only`` when given)."""
         blocks = tuple(self.floor or ())
         bad = [b for b in blocks if b not in self.FLOOR_BLOCKS or b not in self.inputs]
         if bad:
@@ -218,7 +226,7 @@ class CombinedDetector(LogRegDetector):
         cols: list[int] = []
         start = 0
         for b in self.inputs:
-            if b in blocks:
+            if b in blocks and only in (None, b):
                 # of the neighbours block, the ID half: its OOD half is learned from OOD
                 n = widths[b] // 2 if b == "neighbours" else widths[b]
                 cols += range(start, start + n)
@@ -235,7 +243,12 @@ class CombinedDetector(LogRegDetector):
         X = as_2d(X)
         lab = as_labels(y, X.shape[0])
         ID = X if lab is None else X[lab == 0]
-        cols = self._floor_columns()
+        self.floor_block_ = None
+        if self.floor_select == "best" and lab is not None:
+            self.floor_block_ = self._best_floor_block(X, lab)
+        elif self.floor_select not in ("mean", "best"):
+            raise DataError(f"floor_select must be 'mean' or 'best', not {self.floor_select!r}")
+        cols = self._floor_columns(self.floor_block_)
         self.floor_cols_ = cols
         self.sup_center_, self.sup_spread_ = _pin(
             ID @ self.coef_ + self.intercept_, self.SUPERVISED_QUANTILE
@@ -244,6 +257,24 @@ class CombinedDetector(LogRegDetector):
         self.floor_center_ = np.array([p[0] for p in pinned], dtype=np.float64)
         self.floor_spread_ = np.array([p[1] for p in pinned], dtype=np.float64)
         return self
+
+    def _best_floor_block(self, X: np.ndarray, lab: np.ndarray) -> str:
+        """The floor block whose pinned mean column best separates the ID rows of ``X``
+        from its OOD rows (AUROC; the first of the floor's blocks on a tie)."""
+        from sklearn.metrics import roc_auc_score
+
+        ID = X[lab == 0]
+        best, best_auc = "", -1.0
+        for block in self.FLOOR_BLOCKS:
+            if block not in (self.floor or ()):
+                continue
+            cols = self._floor_columns(block)
+            pins = [_pin(ID[:, c], self.FLOOR_QUANTILE) for c in cols]
+            z = np.mean([(X[:, c] - p[0]) / p[1] for c, p in zip(cols, pins, strict=True)], axis=0)
+            auc = float(roc_auc_score(lab, z))
+            if auc > best_auc:
+                best, best_auc = block, auc
+        return best
 
     def score_samples(self, X: Any) -> np.ndarray:
         """OOD score, higher = more out-of-domain; shape (n,).
@@ -270,6 +301,7 @@ class CombinedDetector(LogRegDetector):
             out.update(
                 {
                     "block_widths_": dict(self.block_widths_),
+                    "floor_block_": self.floor_block_,
                     "sup_center_": self.sup_center_,
                     "sup_spread_": self.sup_spread_,
                 }
@@ -292,7 +324,8 @@ class CombinedDetector(LogRegDetector):
             )
         if self.floor:
             self.set_blocks(learned["block_widths_"])
-            self.floor_cols_ = self._floor_columns()
+            self.floor_block_ = learned.get("floor_block_")
+            self.floor_cols_ = self._floor_columns(self.floor_block_)
             self.sup_center_ = float(learned["sup_center_"])
             self.sup_spread_ = float(learned["sup_spread_"])
             self.floor_center_ = require_array(arrays, "floor_center", 1).astype(np.float64)

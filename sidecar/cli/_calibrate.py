@@ -52,6 +52,20 @@ from sidecar.cli._store_access import _settings, _store_options, promoted_suffix
     help="The same as a .npy array (n x the model's encoder dimension).",
 )
 @click.option(
+    "--live-queries",
+    type=click.Path(path_type=Path),
+    default=None,
+    help='A sample of live traffic as it comes (ID and OOD, unlabelled), JSONL {"text"}: '
+    "the share the new threshold refuses is recorded, and the worker alerts when its live "
+    "OOD share moves far from it.",
+)
+@click.option(
+    "--live-embeddings",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="The same as a .npy array (n x the model's encoder dimension).",
+)
+@click.option(
     "--target-frr",
     type=click.FloatRange(0, 1, min_open=True, max_open=True),
     default=None,
@@ -120,7 +134,10 @@ def calibrate_command(**opts: Any) -> None:
     embed = query_embeddings(model, settings, opts)
     E = embed(opts["id_queries"], opts["id_embeddings"], "ID")
     langs = _languages(model, settings, opts["id_queries"]) if opts["per_language"] else None
-    done = recalibrate_release(model, E, opts["target_frr"], langs)
+    live = None
+    if opts["live_queries"] or opts["live_embeddings"]:
+        live = embed(opts["live_queries"], opts["live_embeddings"], "live")
+    done = recalibrate_release(model, E, opts["target_frr"], languages=langs, live=live)
     new, old, artifact = done.model, done.source, done.artifact
     if old.get("threshold_rule") == "balanced":
         click.echo(
@@ -138,6 +155,13 @@ def calibrate_command(**opts: Any) -> None:
     for lang, row in (new.metrics.get("language_calibration") or {}).items():
         own = "global" if row["threshold"] is None else f"{row['threshold']:.4f}"
         click.echo(f"  {lang}: {row['n']} queries, threshold {own}")
+    share = new.metrics.get("calibration_ood_share")
+    if share is not None:
+        click.echo(
+            f"  the new threshold refuses {share:.2%} of {new.metrics['n_live_sample']} live "
+            "queries: the worker exports it (sidecar_model_calibration_ood_share) and the "
+            "chart alerts when the live OOD share moves far from it"
+        )
     if done.training_copies:
         # The quantile's guarantee holds for queries new to the model: its own training
         # queries score as more in-domain, so the threshold comes out too strict.
@@ -182,6 +206,8 @@ def _check_options(opts: dict[str, Any]) -> None:
         raise click.UsageError("give --id-queries or --id-embeddings (one of them)")
     if opts["per_language"] and not opts["id_queries"]:
         raise click.UsageError("--per-language tells languages from texts: give --id-queries")
+    if opts["live_queries"] and opts["live_embeddings"]:
+        raise click.UsageError("give --live-queries or --live-embeddings, not both")
     if opts["out"]:
         check_output_dir(opts["out"], "--out")
         if opts["out"].is_dir() and any(opts["out"].iterdir()):

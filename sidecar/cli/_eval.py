@@ -132,6 +132,15 @@ from sidecar.cli._root import main
     "criteria for the p-value-vs-EVR table ('pvalue_vs_evr'); --no-protocol skips those "
     "refits (an empty table, no protocol targets) when only --detectors matter.",
 )
+@click.option(
+    "--ood-protocol",
+    default="standard",
+    show_default=True,
+    type=click.Choice(["standard", "unseen-ood"]),
+    help="standard: OOD training and evaluation queries of the same families; unseen-ood: "
+    "one OOD family at a time held out of training and judged alone (per family: AUROC, "
+    "FPR at 95%% TPR, false-reject and OOD-accept rates at the calibrated threshold).",
+)
 @features_option
 @neighbour_bank_option
 @no_progress_option
@@ -161,6 +170,7 @@ def eval_command(
     protocol: bool,
     features: str | None,
     neighbour_bank: int | None,
+    ood_protocol: str,
     no_progress: bool,
 ) -> None:
     """Evaluate every detector and baseline on a benchmark and write a JSON report.
@@ -178,6 +188,8 @@ def eval_command(
         raise click.UsageError("--report draws the monolingual benchmarks' reports")
     if report_dir is not None:
         check_output_dir(report_dir, "--report")
+        if ood_protocol != "standard":
+            raise click.UsageError("--report draws the standard OOD protocol's report only")
     settings = load_settings(**encoder_overrides(None, encoder_url))
     cfg = EvalConfig(
         benchmark=benchmark,
@@ -204,6 +216,7 @@ def eval_command(
         neighbour_bank=neighbour_bank,
         language=language,
         kb_language=kb_language,
+        ood_protocol=ood_protocol,
     )
     report = run_evaluation(settings, cfg, progress=not no_progress)
     json_out.parent.mkdir(parents=True, exist_ok=True)
@@ -216,7 +229,16 @@ def eval_command(
         from sidecar.evaluation import write_eval_report
 
         click.echo(f"report: {write_eval_report(report, report_dir)}")
-    for d, row in report["mean"].items():
+    for group, g in report.get("groups", {}).items():
+        click.echo(f"  held out: {group} ({g['holdouts']} holdouts)")
+        for d, row in g["mean"].items():
+            click.echo(
+                f"    {d:14s} AUROC {row['auroc']:.4f}  FPR95 {row['fpr_at_95tpr']:.4f}  "
+                f"FRR {row['false_reject_rate']:.4f}  OOD accepted {row['ood_accept_rate']:.4f}"
+            )
+    if "groups" in report:
+        click.echo("  mean over the held-out OOD families:")
+    for d, row in report.get("mean", {}).items():
         click.echo(
             f"  {d:14s} AUROC {row['auroc']:.4f}  FPR95 {row['fpr_at_95tpr']:.4f}  "
             f"bal.acc {row['balanced_accuracy']:.4f}  dims {row['dims']:.0f}  "

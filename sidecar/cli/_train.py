@@ -323,6 +323,14 @@ def _print_summary(release: Any, cfg: Any, criterion: str, *, has_ood: bool) -> 
         + ("" if stats["near_duplicates_grouped"] else " (near-duplicates not grouped)")
     )
     click.echo(f"  threshold: {threshold_summary(m.metrics, cfg.target_frr)}")
+    drift = m.metrics.get("expected_frr")
+    if drift:
+        click.echo(
+            f"  expected false-reject rate on ID query groups the calibration lacked: "
+            f"{drift['mean'] * 100:.2f}% on average, {drift['max'] * 100:.2f}% at worst "
+            f"({drift['folds']} group-wise folds), against the {cfg.target_frr * 100:g}% "
+            "target; recalibrate on live ID traffic (sidecar calibrate) when it differs"
+        )
     click.echo(
         f"  train {stats['train_total_s']:.2f}s, embed {stats['embed_s']:.2f}s, "
         f"peak RSS {stats['peak_rss_mb']:.0f} MiB"

@@ -30,16 +30,20 @@ from sidecar.evaluation._report import write_eval_report
 from sidecar.evaluation._run import EvalConfig, run_evaluation, select_kbs
 from sidecar.evaluation._spread import seed_spread
 from sidecar.evaluation._targets import targets
+from sidecar.evaluation._unseen import Holdout, unseen_holdouts
+from sidecar.evaluation._unseen_run import evaluate_unseen
 
 __all__ = [
     "BENCHMARKS",
     "DETECTORS",
     "MULTILINGUAL_BENCHMARKS",
     "EvalConfig",
+    "Holdout",
     "KBTask",
     "evaluate_benchmark",
     "evaluate_languages",
     "evaluate_task",
+    "evaluate_unseen",
     "load_benchmark",
     "load_clinc150",
     "load_covid",
@@ -54,5 +58,6 @@ __all__ = [
     "seed_spread",
     "select_kbs",
     "targets",
+    "unseen_holdouts",
     "write_eval_report",
 ]

@@ -74,6 +74,9 @@ class KBTask:
     # and judges the originals; None: it trains on the originals.
     id_eval_train: tuple[str, ...] | None = None
     ood_eval_train: tuple[str, ...] | None = None
+    # False when the OOD evaluation queries are of a family held out of training (the
+    # unseen-OOD protocol): cross-fitting then trains on the other folds' ID queries only.
+    ood_eval_trains: bool = True
 
 
 def _dedupe(texts: Sequence[str], exclude: set[str] | None = None) -> list[str]:

@@ -206,7 +206,10 @@ def _fold_splits(
     id_groups, ood_groups = g_idt, g_oodt
     if task.cross_fit > 1:  # train on the other folds' evaluation queries
         id_train, ood_train, id_groups, ood_groups = cross_fit_training(
-            (E.idt, E.ide_train, E.oodt, E.oode_train), groups, *fold
+            (E.idt, E.ide_train, E.oodt, E.oode_train),
+            groups,
+            *fold,
+            ood_eval_trains=task.ood_eval_trains,
         )
     return carve_splits(
         E.kb,
@@ -245,6 +248,8 @@ def _searched(
         "val_auroc": res.val_auroc,
         "calibration": res.model.metrics.get("calibration", "split"),
         "n_calibration": res.model.metrics.get("n_calibration"),
+        # what `sidecar train` predicts of the realised false-reject rate
+        "expected_frr": res.model.metrics.get("expected_frr"),
         "search_s": round(time.perf_counter() - t0, 2),
         "candidates": len(res.table),
     }

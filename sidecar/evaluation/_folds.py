@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from sidecar.errors import DataError
 from sidecar.evaluation._datasets import KBTask
 from sidecar.training import near_duplicate_groups
 
@@ -36,6 +37,8 @@ def cross_fit_training(
     groups: Four,
     fi: np.ndarray,
     fo: np.ndarray,
+    *,
+    ood_eval_trains: bool = True,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
     """ID and OOD training queries (and their group labels) of the cross-fitted fold that
     judges evaluation rows ``fi`` / ``fo``: the task's training queries and the other
@@ -44,16 +47,23 @@ def cross_fit_training(
     ``E``: the ID training, ID evaluation, OOD training and OOD evaluation rows;
     ``groups``: their labels from :func:`query_groups`. With labels, a training query in
     the group of a query this fold judges sits the fold out, so that no query is judged
-    by a model fitted on its near copy.
+    by a model fitted on its near copy. ``ood_eval_trains=False`` (the OOD evaluation
+    queries are a family held out of training): no OOD evaluation query trains, in any fold.
     """
     E_idt, E_ide, E_oodt, E_oode = E
     g_idt, g_id, g_oodt, g_ood = groups
     rest_i = np.setdiff1d(np.arange(len(E_ide)), fi)
     rest_o = np.setdiff1d(np.arange(len(E_oode)), fo)
+    if not ood_eval_trains:
+        if E_oodt is None:
+            raise DataError("a held-out OOD family leaves no OOD training queries")
+        rest_o = rest_o[:0]
     if g_idt is None or g_id is None or g_ood is None or g_oodt is None:
         parts = [E_oode[rest_o]] + ([E_oodt] if E_oodt is not None else [])
         return np.vstack([E_idt, E_ide[rest_i]]), np.vstack(parts), None, None
-    keep_i, keep_o = ~np.isin(g_idt, g_id[fi]), ~np.isin(g_oodt, g_ood[fo])
+    # a held-out family's near copies sit out of every fold, not only of the one judging them
+    keep_i = ~np.isin(g_idt, g_id[fi])
+    keep_o = ~np.isin(g_oodt, g_ood[fo] if ood_eval_trains else g_ood)
     parts = [E_oode[rest_o]] + ([E_oodt[keep_o]] if E_oodt is not None else [])
     return (
         np.vstack([E_idt[keep_i], E_ide[rest_i]]),

@@ -62,6 +62,8 @@ class EvalConfig:
     # xsid / sib200: the query language(s) ("all" or a comma list) and the KB's language
     language: str | None = None
     kb_language: str | None = None
+    # "standard", or "unseen-ood": OOD families held out of training (evaluation._unseen)
+    ood_protocol: str = "standard"
 
 
 def select_kbs(tasks: Sequence[KBTask], kbs: str | None, benchmark: str) -> list[KBTask]:
@@ -95,6 +97,49 @@ def _grids(cfg: EvalConfig, detectors: Sequence[str]) -> dict[str, Any] | None:
     return {"combined": combined_grid(blocks, cfg.neighbour_bank)}
 
 
+def _check_ood_protocol(cfg: EvalConfig) -> None:
+    from sidecar.evaluation._unseen import OOD_PROTOCOLS
+
+    if cfg.ood_protocol not in OOD_PROTOCOLS:
+        raise ConfigError(f"OOD protocol must be one of {OOD_PROTOCOLS}, not {cfg.ood_protocol!r}")
+    if cfg.ood_protocol != "standard" and cfg.n_seeds > 1:
+        raise ConfigError("--seeds applies to the standard OOD protocol only")
+
+
+def _unseen(
+    cfg: EvalConfig,
+    tasks: Sequence[KBTask],
+    embed: Any,
+    encoder: dict[str, Any],
+    dets: Sequence[str],
+    grids: dict[str, Any] | None,
+    progress: bool,
+) -> dict[str, Any]:
+    """The unseen-OOD protocol on ``tasks`` (see :mod:`sidecar.evaluation._unseen`)."""
+    from sidecar.evaluation._unseen import unseen_holdouts
+    from sidecar.evaluation._unseen_run import evaluate_unseen
+
+    report = evaluate_unseen(
+        cfg.benchmark,
+        cfg.split,
+        unseen_holdouts(cfg.benchmark, tasks, cfg.data_dir, cfg.split),
+        embed,
+        encoder=encoder,
+        detectors=dets,
+        criterion=cfg.criterion,
+        seed=cfg.seed,
+        target_frr=cfg.target_frr,
+        threshold_rule=cfg.threshold_rule,
+        fold_grouping=cfg.fold_grouping,
+        calibration=cfg.calibration,
+        grids=grids,
+        progress=progress,
+    )
+    if grids is not None:
+        report["combined_grid"] = {"features": cfg.features, "neighbour_bank": cfg.neighbour_bank}
+    return report
+
+
 def run_evaluation(settings: Settings, cfg: EvalConfig, *, progress: bool = True) -> dict[str, Any]:
     """Evaluate every detector of ``cfg`` on its benchmark and return the report JSON.
 
@@ -122,6 +167,9 @@ def run_evaluation(settings: Settings, cfg: EvalConfig, *, progress: bool = True
         raise ConfigError("--language / --kb-language apply to xsid and sib200")
     if multilingual and cfg.n_seeds > 1:
         raise ConfigError("--seeds applies to the monolingual benchmarks")
+    if multilingual and cfg.ood_protocol != "standard":
+        raise ConfigError("--ood-protocol unseen-ood applies to the monolingual benchmarks")
+    _check_ood_protocol(cfg)
     dets = DETECTORS if cfg.detectors is None else cfg.detectors
     grids = _grids(cfg, dets)
     if multilingual:  # every file read (and refused) before the encoder loads
@@ -142,6 +190,12 @@ def run_evaluation(settings: Settings, cfg: EvalConfig, *, progress: bool = True
     enc = load_encoder(settings, name=cfg.encoder, threads=available_cpus())
     cache = EmbeddingCache(enc, cfg.cache_dir, progress=progress)
     groups: dict[Any, Any] = {}  # near-duplicate groups: the same for every seed
+    if cfg.ood_protocol == "unseen-ood":
+        with threadpool_limits(limits=cfg.blas_threads):
+            encoder = {"name": enc.name, "dim": enc.dim}
+            report = _unseen(cfg, tasks, cache.embed, encoder, dets, grids, progress)
+        report["subsample"] = caps or None
+        return report
 
     def run(at: int, with_protocol: bool) -> dict[str, Any]:
         return evaluate_benchmark(

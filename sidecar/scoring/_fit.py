@@ -343,7 +343,11 @@ def _detector_inputs(
 
 
 def _fit_detector(det: OODDetector, shell: OODModel, data: _Data) -> None:
-    """Fit ``det`` on the KB, the ID queries, or the ID and OOD queries labelled."""
+    """Fit ``det`` on the KB, the ID queries, or the ID and OOD queries labelled (told
+    the width of each input block first, where it asks)."""
+    set_blocks = getattr(det, "set_blocks", None)
+    if set_blocks is not None:
+        set_blocks(shell.block_widths())
     if det.fit_on == "kb":
         det.fit(shell.features(data.KB))
     elif data.OOD is None:

@@ -199,6 +199,10 @@ class OODModel:
     @property
     def dims(self) -> int:
         """Number of features the detector sees."""
+        return sum(self.block_widths().values())
+
+    def block_widths(self) -> dict[str, int]:
+        """The number of columns of each of the detector's input blocks, in column order."""
         sizes = {
             "pcs": self.m,
             "residual": len(self.residual_ks),
@@ -207,7 +211,7 @@ class OODModel:
             "neighbours": 2 * len(self._nb_ks),
             "full": int(self.encoder["dim"]),
         }
-        return sum(sizes[b] for b in self._inputs)
+        return {b: sizes[b] for b in self._inputs}
 
     def check_encoder(self, name: str, dim: int, probes: np.ndarray | None = None) -> None:
         """Raise :class:`EncoderMismatch` unless ``(name, dim)`` is the model's encoder and,

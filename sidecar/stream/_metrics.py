@@ -94,6 +94,13 @@ class StreamMetrics:
             ["check"],
             registry=r,
         )
+        self.calibration_ood_share = Gauge(
+            "sidecar_model_calibration_ood_share",
+            "Share of a live traffic sample the active model's threshold refused when it was "
+            "calibrated (sidecar calibrate --live-queries), per KB; absent when not recorded",
+            ["kb", "version"],
+            registry=r,
+        )
         self.produce_errors = Counter(
             "sidecar_produce_errors", "Batches whose records were not all delivered", registry=r
         )
@@ -119,11 +126,17 @@ class StreamMetrics:
         models: Mapping[str, tuple[str, str]],
         holder_status: Mapping[str, Any],
         lag: Mapping[tuple[str, int], int],
+        calibration_shares: Mapping[str, float | None] | None = None,
     ) -> None:
-        """Mirror state: ``models`` kb -> (version, detector); ``lag`` (topic, partition) -> n."""
+        """Mirror state: ``models`` kb -> (version, detector); ``lag`` (topic, partition) -> n;
+        ``calibration_shares`` kb -> the active model's calibration OOD share (or None)."""
         self.model_info.clear()
+        self.calibration_ood_share.clear()
         for kb, (version, detector) in models.items():
             self.model_info.labels(kb, version, detector).set(1)
+            share = (calibration_shares or {}).get(kb)
+            if isinstance(share, int | float):
+                self.calibration_ood_share.labels(kb, version).set(share)
         self.load_failures.clear()
         self.store_active.clear()
         for kb, st in holder_status.items():

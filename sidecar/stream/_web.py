@@ -127,6 +127,7 @@ def register_views(app: faust.App, rt: Runtime) -> None:
             {kb: (lm.version, lm.model.detector_name) for kb, lm in snap.items()},
             rt.holder.status(),
             lag(app, rt),
+            {kb: lm.model.metrics.get("calibration_ood_share") for kb, lm in snap.items()},
         )
         rt.metrics.refresh_readiness(await readiness(app, rt))
         return self.bytes(rt.metrics.render(), headers={"Content-Type": CONTENT_TYPE})

@@ -12,6 +12,7 @@ gathered into :class:`SourceRows`.
 """
 
 from sidecar.training._cache import EmbeddingCache
+from sidecar.training._drift import expected_frr
 from sidecar.training._fitting import FitProgress, fixed_fit
 from sidecar.training._grid import Candidate, combined_grid, default_grid
 from sidecar.training._holdout import Gate, holdout_figures, write_check_report
@@ -89,6 +90,7 @@ __all__ = [
     "check_release",
     "combined_grid",
     "default_grid",
+    "expected_frr",
     "fixed_fit",
     "fpr_at_tpr",
     "group_folds",

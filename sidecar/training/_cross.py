@@ -20,6 +20,7 @@ import numpy as np
 
 from sidecar.errors import ConfigError, DataError
 from sidecar.scoring import OODModel, conformal_threshold
+from sidecar.training._drift import expected_frr
 from sidecar.training._fitting import SILENT, fit_candidate
 from sidecar.training._grid import Candidate
 from sidecar.training._splits import TrainingSplits, group_folds
@@ -151,6 +152,9 @@ def cross_calibrated(
         "n_calibration": int(oof.id_scores.size),
         "calibration_frr": float(np.mean(oof.id_scores > thr)),
         **(oof.at_threshold(fit["target_frr"]) or {}),
+        "expected_frr": expected_frr(
+            oof.id_scores, splits.id_groups, fit["target_frr"], seed=fit["seed"]
+        ),
     }
     params = {**model.params, "calibration": "cross"}
     return dataclasses.replace(model, threshold=thr, metrics=metrics, params=params)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from model_store import Artifact
+from sidecar.errors import DataError
 from sidecar.persistence import model_to_artifact
 from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel, recalibrate, recalibrate_by_language
 
@@ -39,6 +40,7 @@ def recalibrate_release(
     E: np.ndarray,
     target_frr: float | None = None,
     languages: Sequence[str] | None = None,
+    live: np.ndarray | None = None,
 ) -> Recalibration:
     """``model`` recalibrated on ``E`` for ``target_frr`` (default: the model's own target);
     with ``languages`` (each query's), also per language
@@ -52,12 +54,24 @@ def recalibrate_release(
     target_frr : float in (0, 1) or None
         False-reject rate to calibrate to; None keeps the model's own target
         (``params["target_frr"]``, else ``DEFAULT_TARGET_FRR``).
+    languages : sequence of str or None
+        Each query's language: also a threshold per language with enough queries.
+    live : ndarray of shape (n_live, dim) or None
+        A sample of unlabelled live traffic (ID and OOD as they come): the share the new
+        threshold refuses is recorded as ``metrics["calibration_ood_share"]``, the share
+        the worker exports and compares its live OOD share with.
     """
     target = target_frr or float(model.params.get("target_frr") or DEFAULT_TARGET_FRR)
     if languages is None:
         new = recalibrate(model, E, target)
     else:
         new = recalibrate_by_language(model, E, languages, target)
+    if live is not None:
+        if len(live) == 0:
+            raise DataError("the live traffic sample is empty")
+        new = new.with_metrics(
+            calibration_ood_share=float(np.mean(new.predict(live))), n_live_sample=len(live)
+        )
     copies = model.training_copies(E)
     return Recalibration(
         model=new,

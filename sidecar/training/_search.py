@@ -41,6 +41,7 @@ from sidecar.scoring import (
     needs_ood_error,
 )
 from sidecar.training._cross import MAX_FINALISTS, OutOfFold, cross_calibrated, decide_out_of_fold
+from sidecar.training._drift import expected_frr
 from sidecar.training._fitting import (
     SILENT,
     THRESHOLD_RULES,
@@ -372,9 +373,14 @@ def _refit_and_calibrate(
         return cross_calibrated(splits, cand, oof=oof, **how)
     how["progress"].planned(1)
     model = fit_candidate(splits, cand, final=True, threshold_rule=threshold_rule, **how)
+    n_cal = len(splits.id_cal)
+    cal_groups = None if splits.id_groups is None else splits.id_groups[-n_cal:]
+    drift = expected_frr(
+        model.score(splits.id_cal), cal_groups, how["target_frr"], seed=how["seed"]
+    )
     return dataclasses.replace(
         model,
-        metrics={**model.metrics, "calibration": "split"},
+        metrics={**model.metrics, "calibration": "split", "expected_frr": drift},
         params={**model.params, "calibration": "split"},
     )
 

@@ -25,7 +25,7 @@ EXTERNAL = {"up"}
 RECORDED = {"ood_sidecar:ood_share:rate1h", "ood_sidecar:ood_share:rate1d_offset1h"}
 PROMQL_WORDS = {
     "sum", "by", "rate", "histogram_quantile", "max", "min", "count", "delta", "and", "or",
-    "offset", "le", "without", "on", "unless",
+    "offset", "le", "without", "on", "unless", "abs",
 }  # fmt: skip
 
 
@@ -166,6 +166,7 @@ def test_the_alert_rules_cover_the_issue_and_read_exported_metrics(
         "OodSidecarReplicaModelBehind",
         "OodSidecarNoModel",
         "OodSidecarOodShareJump",
+        "OodSidecarOodShareOffCalibration",
         "OodSidecarConsumerLagHigh",
     }
     recorded = {r["record"] for r in rules if "record" in r}
@@ -202,6 +203,7 @@ def test_the_alert_thresholds_selector_and_labels_are_values(render: Any) -> Non
             "versionSkewFor": "90s",
             "consumerLag": 500,
             "oodShareJump": {"factor": 3, "minIncrease": 0.2, "minRate": 1},
+            "oodShareOffCalibration": {"minDifference": 0.15, "for": "3h", "minRate": 2},
             "severity": {"noModel": "page"},
         }
     }
@@ -212,6 +214,9 @@ def test_the_alert_thresholds_selector_and_labels_are_values(render: Any) -> Non
     assert "> 500" in alerts["OodSidecarConsumerLagHigh"]["expr"]
     share = alerts["OodSidecarOodShareJump"]["expr"]
     assert "> 3 *" in share and "> 0.2" in share and "> 1" in share
+    off = alerts["OodSidecarOodShareOffCalibration"]
+    assert off["for"] == "3h" and "> 0.15" in off["expr"] and "> 2" in off["expr"]
+    assert "sidecar_model_calibration_ood_share{" in off["expr"]
     assert 'sidecar_dlq_total{service="custom"}' in alerts["OodSidecarDeadLettersRising"]["expr"]
     assert alerts["OodSidecarNoModel"]["labels"] == {"severity": "page", "team": "rag"}
     assert all(a["labels"]["team"] == "rag" for a in alerts.values())
@@ -222,6 +227,7 @@ def test_the_alert_thresholds_selector_and_labels_are_values(render: Any) -> Non
     [
         {"prometheusRule": {"enabled": True, "notReadyFor": "ten minutes"}},
         {"prometheusRule": {"enabled": True, "oodShareJump": {"factor": 0.5}}},
+        {"prometheusRule": {"enabled": True, "oodShareOffCalibration": {"minDifference": 0}}},
         {"prometheusRule": {"enabled": True, "deadLetterRate": 0}},
         {"prometheusRule": {"enabled": True, "tresholds": {}}},
         {"grafanaDashboard": {"enabled": "yes"}},

@@ -60,6 +60,30 @@ def test_the_new_artifact_carries_the_conformal_threshold_of_the_given_queries(
     assert f"{new.version[:12]}" in res.output and "150 ID queries" in res.output
 
 
+def test_a_live_traffic_sample_records_the_share_the_new_threshold_refuses(
+    trained: Path, tmp_path: Path
+) -> None:
+    model = model_from_artifact(load_dir(trained))
+    np.save(tmp_path / "id.npy", _live(model, 150))
+    rng = np.random.default_rng(5)
+    far = rng.normal(size=(40, model.encoder["dim"])).astype(np.float32)
+    live = np.vstack([_live(model, 60), far / np.linalg.norm(far, axis=1, keepdims=True)])
+    np.save(tmp_path / "traffic.npy", live)
+    out = tmp_path / "recal"
+    res = _run("--artifact", str(trained), "--id-embeddings", str(tmp_path / "id.npy"),
+               "--live-embeddings", str(tmp_path / "traffic.npy"), "--out", str(out))  # fmt: skip
+    assert res.exit_code == 0, res.output
+    new = model_from_artifact(load_dir(out))
+    share = new.metrics["calibration_ood_share"]
+    assert share == float(np.mean(new.predict(live))) and new.metrics["n_live_sample"] == 100
+    assert 0.3 <= share <= 0.5  # the 40 random queries, and few of the 60 near the KB
+    assert f"refuses {share:.2%} of 100 live queries" in res.output
+    both = _run("--artifact", str(trained), "--id-embeddings", str(tmp_path / "id.npy"),
+                "--live-embeddings", str(tmp_path / "traffic.npy"), "--live-queries",
+                str(tmp_path / "q.jsonl"), "--out", str(tmp_path / "o2"))  # fmt: skip
+    assert both.exit_code == 2 and "--live-queries or --live-embeddings, not both" in both.output
+
+
 def test_a_store_version_is_recalibrated_into_the_same_store(trained: Path, tmp_path: Path) -> None:
     store_dir = tmp_path / "store"
     store = DirectoryStore(store_dir)

@@ -36,6 +36,7 @@ def test_all_is_pinned() -> None:
             "check_release",
             "combined_grid",
             "default_grid",
+            "expected_frr",
             "fixed_fit",
             "fpr_at_tpr",
             "group_folds",

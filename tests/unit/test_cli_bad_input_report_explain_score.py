@@ -74,10 +74,17 @@ def test_eval_report_with_wrong_types_is_one_line_naming_file_and_field(
     assert str(src) in line and message in line, line
 
 
+MULTILINGUAL = {"xsid", "sib200"}
+
+
 def test_eval_report_still_reads_every_recorded_eval(tmp_path: Path) -> None:
     recorded = sorted(BENCHMARKS.glob("eval_*.json"))
-    assert recorded
-    for src in recorded:
+    # xsid / sib200 runs are per-language reports of another shape (no eval-report draws)
+    monolingual = [
+        src for src in recorded if json.loads(src.read_text())["benchmark"] not in MULTILINGUAL
+    ]
+    assert monolingual
+    for src in monolingual:
         assert read_eval_json(src)["kbs"], src
     src = tmp_path / "eval.json"
     src.write_text(json.dumps(_eval_doc()))

@@ -6,21 +6,25 @@ the detectors' speed (:func:`run_detectors_bench`), training at scale
 (:func:`run_train_scale_bench`), recalibration on live queries
 (:func:`run_recalibration_bench`), the rule miners against brute force
 (:func:`run_rules_bench`), the worker end to end on the embedded broker
-(:func:`run_e2e_bench`, with :func:`measure_encoder` as its encoder-only child) and a
-live model swap under load (:func:`run_swap_bench`).
+(:func:`run_e2e_bench`, with :func:`measure_encoder` as its encoder-only child), a
+live model swap under load (:func:`run_swap_bench`) and the worker through crashes and
+outages (:func:`run_faults_bench`, its scenarios in :data:`FAULT_SCENARIOS`).
 """
 
 from sidecar.bench._detectors import DetectorsBenchConfig, run_detectors_bench
 from sidecar.bench._e2e import E2EBenchConfig, run_e2e_bench
 from sidecar.bench._e2e_encoder import measure_encoder
+from sidecar.bench._faults import FAULT_SCENARIOS, FaultsBenchConfig, run_faults_bench
 from sidecar.bench._recalibration import RecalibrationBenchConfig, run_recalibration_bench
 from sidecar.bench._rules_run import RulesBenchConfig, run_rules_bench
 from sidecar.bench._swap import SwapBenchConfig, run_swap_bench
 from sidecar.bench._train_scale import TrainScaleBenchConfig, run_train_scale_bench
 
 __all__ = [
+    "FAULT_SCENARIOS",
     "DetectorsBenchConfig",
     "E2EBenchConfig",
+    "FaultsBenchConfig",
     "RecalibrationBenchConfig",
     "RulesBenchConfig",
     "SwapBenchConfig",
@@ -28,6 +32,7 @@ __all__ = [
     "measure_encoder",
     "run_detectors_bench",
     "run_e2e_bench",
+    "run_faults_bench",
     "run_recalibration_bench",
     "run_rules_bench",
     "run_swap_bench",

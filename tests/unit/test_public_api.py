@@ -64,6 +64,8 @@ PUBLIC = {
     "sidecar.bench": [
         "DetectorsBenchConfig",
         "E2EBenchConfig",
+        "FAULT_SCENARIOS",
+        "FaultsBenchConfig",
         "RecalibrationBenchConfig",
         "RulesBenchConfig",
         "SwapBenchConfig",
@@ -71,6 +73,7 @@ PUBLIC = {
         "measure_encoder",
         "run_detectors_bench",
         "run_e2e_bench",
+        "run_faults_bench",
         "run_recalibration_bench",
         "run_rules_bench",
         "run_swap_bench",

@@ -5,6 +5,7 @@ from sidecar.cli import (  # noqa: F401  (imported for registration)
     _bench_adversarial,
     _bench_detectors,
     _bench_e2e,
+    _bench_faults,
     _bench_recalibration,
     _bench_rules,
     _bench_swap,

@@ -89,7 +89,7 @@ class StreamMetrics:
         )
         self.ready_check = Gauge(
             "sidecar_ready_check",
-            "Each /readyz check: 1 passing, 0 failing (partitions, rebalancing, models, "
+            "Each /readyz check: 1 passing, 0 failing (broker, partitions, rebalancing, models, "
             "store, stream, encoder)",
             ["check"],
             registry=r,

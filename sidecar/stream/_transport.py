@@ -32,3 +32,25 @@ def install_low_latency_transport(app: Any, fetch_max_wait_ms: int) -> None:
         Consumer = ShortWaitConsumer
 
     app.transport = Transport(app.conf.broker_consumer, app)
+
+
+def broker_contact(app: Any, *, within_s: float) -> dict[str, Any]:
+    """Whether the worker's Kafka consumer is in touch with a broker, for ``/readyz``.
+
+    In touch: at least one of its connections is open and one answered a request (a
+    fetch, a heart-beat) within ``within_s`` (the session timeout: a member that heard
+    nothing for that long has left its group anyway). A broker that went away closes the
+    connections at once; one that hangs stops answering. Before the consumer has
+    started there is no contact (the partitions check fails then too).
+    """
+    import time
+
+    try:
+        client = app.consumer._thread._ensure_consumer()._client
+        conns = [c for c in list(client._conns.values()) if c.connected()]
+    except Exception:  # ConsumerNotStarted while the worker boots
+        return {"ok": False, "connections": 0, "last_response_s": None}
+    ages = [time.monotonic() - c._last_action for c in conns]
+    last = round(min(ages), 2) if ages else None
+    ok = last is not None and last < within_s
+    return {"ok": ok, "connections": len(conns), "last_response_s": last}

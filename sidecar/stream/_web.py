@@ -12,6 +12,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from sidecar.stream._metrics import CONTENT_TYPE
+from sidecar.stream._transport import broker_contact
 
 if TYPE_CHECKING:
     import faust
@@ -70,6 +71,7 @@ async def readiness(app: faust.App, rt: Runtime) -> dict[str, Any]:
     models = {kb: (v["version"] if v else None) for kb, v in models_doc(rt).items()}
     store_ok, store_err = await store_reachable(rt.store, kbs[0])
     checks: dict[str, dict[str, Any]] = {
+        "broker": broker_contact(app, within_s=rt.settings.kafka.session_timeout_s),
         "partitions": {"ok": bool(mine), "assigned": mine},
         "rebalancing": {"ok": not app.rebalancing},
         "models": {"ok": all(models.values()), "active": models},

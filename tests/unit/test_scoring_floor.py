@@ -124,42 +124,16 @@ def test_a_floored_model_survives_the_artifact_round_trip_bit_exact() -> None:
     assert loaded.threshold == model.threshold
 
 
-def test_the_default_grid_floors_every_combined_candidate_with_its_ood_free_blocks() -> None:
+def test_the_floor_is_opt_in_and_floors_every_combined_candidate_with_its_ood_free_blocks() -> None:
     from sidecar.training import combined_grid, default_grid
 
-    grid = default_grid("combined")
+    assert all("floor" not in c.params for c in default_grid("combined"))
+    assert all("floor" not in c.params for c in combined_grid())
+    grid = combined_grid(floor=True)
     for cand in grid:
         feats = cand.params["features"]
         want = [b for b in ("residual", "max_cosine", "knn", "neighbours") if b in feats]
         assert cand.params["floor"] == want and want
     assert any("neighbours" in c.params["floor"] for c in grid)
-    assert all("floor" not in c.params for c in combined_grid(floor=False))
-    custom = combined_grid(["pcs", "knn"])  # no default candidate has these blocks
+    custom = combined_grid(["pcs", "knn"], floor=True)  # no default candidate has these blocks
     assert {tuple(c.params["floor"]) for c in custom} == {("knn",)}
-
-
-def test_the_best_floor_block_is_the_one_that_separates_the_training_queries() -> None:
-    # columns [pc0, residual, max_cosine]: the training OOD differs from ID in max-cosine
-    # only, so "best" keeps that block alone; "mean" averages both
-    rng = np.random.default_rng(3)
-    ID = np.c_[rng.normal(0, 1, 300), rng.normal(1, 0.1, 300), rng.normal(0.3, 0.05, 300)]
-    OOD = np.c_[rng.normal(0, 1, 300), rng.normal(1, 0.1, 300), rng.normal(0.8, 0.05, 300)]
-    X, y = np.vstack([ID, OOD]), np.r_[np.zeros(300), np.ones(300)]
-    feats, floor = ["pcs", "residual", "max_cosine"], ["residual", "max_cosine"]
-
-    def fitted(select: str) -> CombinedDetector:
-        det = CombinedDetector(features=feats, floor=floor, floor_select=select)
-        det.set_blocks({"pcs": 1, "residual": 1, "max_cosine": 1})
-        return det.fit(X, y)
-
-    best, mean = fitted("best"), fitted("mean")
-    assert best.floor_block_ == "max_cosine" and best.floor_cols_.tolist() == [2]
-    assert mean.floor_block_ is None and mean.floor_cols_.tolist() == [1, 2]
-    params, arrays = best.to_state()
-    again = CombinedDetector.from_state(params, arrays)
-    assert again.floor_cols_.tolist() == [2]
-    assert np.array_equal(again.score_samples(X), best.score_samples(X))
-    bad = CombinedDetector(features=feats, floor=floor, floor_select="max")
-    bad.set_blocks({"pcs": 1, "residual": 1, "max_cosine": 1})
-    with pytest.raises(DataError, match="floor_select"):
-        bad.fit(X, y)

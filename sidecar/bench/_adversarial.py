@@ -149,6 +149,7 @@ def adversarial_study(
     *,
     encoder: Mapping[str, Any],
     detector: str = "combined",
+    floor: bool = False,
     seed: int = 0,
     target_frr: float = DEFAULT_TARGET_FRR,
     max_misses: int = 10,
@@ -182,7 +183,7 @@ def adversarial_study(
         id_groups=data.id_groups,
     )
     E_adv = embed(prompts)
-    cfg = TrainConfig(detector=detector, seed=seed, target_frr=target_frr)
+    cfg = TrainConfig(detector=detector, seed=seed, target_frr=target_frr, floor=floor)
     result = train(inputs, cfg, tick=lambda s: step(f"training: {s}"))
     model = result.model
     step("scoring")
@@ -210,6 +211,7 @@ def adversarial_study(
         ],
         "model": {
             "detector": model.detector_name,
+            "floor": floor,
             "dims": model.dims,
             "calibration": model.metrics.get("calibration"),
             "target_frr": target_frr,
@@ -242,7 +244,8 @@ class AdversarialBenchConfig:
     ``benchmarks``: which dev benchmarks' KBs are studied; ``kbs``: a comma-separated
     subset of their KB names (None: all). ``prompts``: the CSV of prompts (None:
     ``data_dir/adversarial/advbench_harmful_behaviors.csv``), its ``column``;
-    ``max_prompts``: the first N distinct prompts only (None: all). ``encoder``: the
+    ``max_prompts``: the first N distinct prompts only (None: all). ``floor``: train the
+    combined detector with its floor (:attr:`sidecar.training.TrainConfig.floor`). ``encoder``: the
     encoder's name (None: the settings' one); ``cache_dir``: the embedding cache (None:
     the default one). ``target_rate``: the flagged rate each KB should reach (reported,
     never tuned for). ``held_out``: also score the KBs' held-out dev queries.
@@ -256,6 +259,7 @@ class AdversarialBenchConfig:
     column: str = ADVBENCH_COLUMN
     max_prompts: int | None = None
     detector: str = "combined"
+    floor: bool = False
     encoder: str | None = None
     target_frr: float = DEFAULT_TARGET_FRR
     target_rate: float = TARGET_RATE
@@ -359,6 +363,7 @@ def run_adversarial_bench(
                 cache.embed,
                 encoder={"name": encoder.name, "dim": encoder.dim},
                 detector=c.detector,
+                floor=c.floor,
                 seed=c.seed,
                 target_frr=c.target_frr,
                 max_misses=c.max_misses,
@@ -382,6 +387,7 @@ def run_adversarial_bench(
         "split": "dev",
         "encoder": encoder.name,
         "detector": c.detector,
+        "floor": c.floor,
         "target_frr": c.target_frr,
         "seed": c.seed,
         "protocol": _PROTOCOL,

@@ -16,6 +16,7 @@ from sidecar.cli._options import (
     cache_dir_option,
     check_output_file,
     encoder_option,
+    floor_option,
     no_progress_option,
     seed_option,
     target_frr_option,
@@ -97,6 +98,7 @@ def _benchmarks(ctx: click.Context, param: click.Parameter, value: str) -> tuple
     help="Skip scoring the KBs' held-out dev queries (false-reject and OOD rates).",
 )
 @click.option("--detector", default="combined", show_default=True, help="Detector kind.")
+@floor_option
 @encoder_option
 @target_frr_option
 @seed_option
@@ -115,6 +117,7 @@ def adversarial_command(
     target_rate: float,
     no_held_out: bool,
     detector: str,
+    floor: bool,
     encoder: str | None,
     target_frr: float,
     seed: int,
@@ -148,6 +151,8 @@ def adversarial_command(
     check_output_file(json_out, "--json")
     if detector not in detector_kinds():
         raise ConfigError(f"unknown detector {detector!r}; one of {', '.join(detector_kinds())}")
+    if floor and detector != "combined":
+        raise ConfigError(f"--floor applies to the combined detector, not {detector!r}")
     if data_dir.exists() and not data_dir.is_dir():
         raise DataError(f"--data-dir {data_dir} is not a directory")
     config = AdversarialBenchConfig(
@@ -159,6 +164,7 @@ def adversarial_command(
         column=column,
         max_prompts=max_prompts,
         detector=detector,
+        floor=floor,
         encoder=encoder,
         target_frr=target_frr,
         target_rate=target_rate,

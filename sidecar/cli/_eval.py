@@ -19,6 +19,7 @@ from sidecar.cli._options import (
     encoder_overrides,
     encoder_url_option,
     features_option,
+    floor_option,
     neighbour_bank_option,
     no_progress_option,
     seed_option,
@@ -143,6 +144,7 @@ from sidecar.cli._root import main
 )
 @features_option
 @neighbour_bank_option
+@floor_option
 @no_progress_option
 def eval_command(
     benchmark: str,
@@ -170,6 +172,7 @@ def eval_command(
     protocol: bool,
     features: str | None,
     neighbour_bank: int | None,
+    floor: bool,
     ood_protocol: str,
     no_progress: bool,
 ) -> None:
@@ -214,6 +217,7 @@ def eval_command(
         protocol=protocol,
         features=features,
         neighbour_bank=neighbour_bank,
+        floor=floor,
         language=language,
         kb_language=kb_language,
         ood_protocol=ood_protocol,

@@ -205,6 +205,16 @@ neighbour_bank_option = click.option(
     "to 6,000 ID and 4,000 OOD]. 2000 halved CLINC150's cost for -0.0002 AUROC.",
 )
 
+floor_option = click.option(
+    "--floor/--no-floor",
+    default=False,
+    show_default=True,
+    help="combined only: score each query by the larger of the learned log-odds and its "
+    "distance to the KB and to the ID training queries (both scaled by the ID training "
+    "queries), so OOD unlike every labelled OOD query is still refused; see "
+    "docs/concepts/unseen-ood.md for what it costs and gains.",
+)
+
 
 def parse_features(text: str | None) -> tuple[str, ...] | None:
     """``--features pcs,residual`` -> ("pcs", "residual"); None when not given."""

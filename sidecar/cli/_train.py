@@ -19,6 +19,7 @@ from sidecar.cli._options import (
     encoder_overrides,
     encoder_url_option,
     features_option,
+    floor_option,
     neighbour_bank_option,
     no_progress_option,
     parse_features,
@@ -112,6 +113,7 @@ class _FitBar:
 @click.option("--m-range", default=None, help="Search m in LOW:HIGH, e.g. 8:32.")
 @features_option
 @neighbour_bank_option
+@floor_option
 @target_frr_option
 @click.option(
     "--group-near-duplicates/--no-group-near-duplicates",
@@ -291,6 +293,7 @@ def _train_config(opts: dict[str, Any]) -> Any:
         calibration=opts["calibration"],
         group_near_duplicates=opts["group_near_duplicates"],
         neighbour_bank=opts["neighbour_bank"],
+        floor=opts["floor"],
     )
 
 

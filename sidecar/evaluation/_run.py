@@ -36,7 +36,7 @@ class EvalConfig:
     stackexchange only. ``n_seeds`` > 1 also evaluates seeds ``seed + 1`` ... without the
     protocol refits and reports the spread. ``features`` (comma-separated blocks, recorded
     as given) and ``neighbour_bank`` change the combined detector's candidates as they
-    would for ``sidecar train``. ``blas_threads`` caps the BLAS threads.
+    would for ``sidecar train``, and so does ``floor``. ``blas_threads`` caps the BLAS threads.
     """
 
     benchmark: str
@@ -59,6 +59,8 @@ class EvalConfig:
     protocol: bool = True
     features: str | None = None
     neighbour_bank: int | None = None
+    # floor the combined detector with its OOD-free evidence (TrainConfig.floor)
+    floor: bool = False
     # xsid / sib200: the query language(s) ("all" or a comma list) and the KB's language
     language: str | None = None
     kb_language: str | None = None
@@ -83,18 +85,23 @@ def select_kbs(tasks: Sequence[KBTask], kbs: str | None, benchmark: str) -> list
 def _grids(cfg: EvalConfig, detectors: Sequence[str]) -> dict[str, Any] | None:
     """The combined candidates `sidecar train` would search with the same features and
     neighbour bank; None when neither is given."""
-    if cfg.features is None and cfg.neighbour_bank is None:
+    if cfg.features is None and cfg.neighbour_bank is None and not cfg.floor:
         return None
     from sidecar.training import TrainConfig, check_config, combined_grid
 
     if "combined" not in detectors:
-        raise ConfigError("--features / --neighbour-bank apply to the combined detector")
+        raise ConfigError("--features / --neighbour-bank / --floor apply to the combined detector")
     # as `sidecar train --features` reads them: None when not given
     blocks = (
         tuple(f.strip() for f in cfg.features.split(",") if f.strip()) if cfg.features else None
     )
-    check_config(TrainConfig(features=blocks, neighbour_bank=cfg.neighbour_bank))
-    return {"combined": combined_grid(blocks, cfg.neighbour_bank)}
+    check_config(TrainConfig(features=blocks, neighbour_bank=cfg.neighbour_bank, floor=cfg.floor))
+    return {"combined": combined_grid(blocks, cfg.neighbour_bank, floor=cfg.floor)}
+
+
+def _grid_record(cfg: EvalConfig) -> dict[str, Any]:
+    """How the combined detector's candidates were changed, for the report."""
+    return {"features": cfg.features, "neighbour_bank": cfg.neighbour_bank, "floor": cfg.floor}
 
 
 def _check_ood_protocol(cfg: EvalConfig) -> None:
@@ -136,7 +143,7 @@ def _unseen(
         progress=progress,
     )
     if grids is not None:
-        report["combined_grid"] = {"features": cfg.features, "neighbour_bank": cfg.neighbour_bank}
+        report["combined_grid"] = _grid_record(cfg)
     return report
 
 
@@ -238,5 +245,5 @@ def run_evaluation(settings: Settings, cfg: EvalConfig, *, progress: bool = True
             report["targets"] = targets(report)
     report["subsample"] = caps or None
     if grids is not None:
-        report["combined_grid"] = {"features": cfg.features, "neighbour_bank": cfg.neighbour_bank}
+        report["combined_grid"] = _grid_record(cfg)
     return report

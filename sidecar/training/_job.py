@@ -88,6 +88,8 @@ class TrainConfig:
     group_near_duplicates: bool = True
     # At most this many rows per labelled-neighbour bank of the combined detector.
     neighbour_bank: int | None = None
+    # Floor the combined detector's score with its OOD-free evidence (see COMBINED_FLOOR).
+    floor: bool = False
 
 
 @dataclass
@@ -115,6 +117,8 @@ def check_config(cfg: TrainConfig, kb_shape: tuple[int, int] | None = None) -> N
             f"m={top}: {cfg.detector} models take at most {MAX_DIMS} input dimensions "
             "(the PCs and any extra features), the budget that keeps scoring in microseconds"
         )
+    if cfg.floor and cfg.detector != "combined":
+        raise ConfigError(f"--floor applies to the combined detector, not {cfg.detector!r}")
     if cfg.neighbour_bank is not None:
         feats = cfg.features
         if cfg.detector != "combined" or (feats is not None and "neighbours" not in feats):
@@ -176,7 +180,7 @@ def _m_values(lo: int, hi: int) -> list[int]:
 def build_grid(cfg: TrainConfig) -> list[Candidate]:
     """The detector's default grid with m fixed (``m``) or spread over ``m_range``."""
     if cfg.detector == "combined":
-        base = combined_grid(cfg.features, cfg.neighbour_bank)
+        base = combined_grid(cfg.features, cfg.neighbour_bank, floor=cfg.floor)
     else:
         base = default_grid(cfg.detector)
     if cfg.m is None and cfg.m_range is None:

@@ -79,7 +79,11 @@ def test_eval_writes_the_documented_json_and_its_report(shared_data: Path, tmp_p
     folds = doc2["kbs"]["covid"]["combined"]["folds"]
     assert all(f["calibration"] == "split" for f in folds)
     assert all(f["params"]["features"] == ["pcs", "residual", "max_cosine"] for f in folds)
-    assert doc2["combined_grid"] == {"features": "pcs,residual,max_cosine", "neighbour_bank": None}
+    assert doc2["combined_grid"] == {
+        "features": "pcs,residual,max_cosine",
+        "neighbour_bank": None,
+        "floor": False,
+    }
     # cross-calibration scores every ID training query; split only its calibration part
     assert all(s < c for s, c in zip([f["n_calibration"] for f in folds], cross_cal, strict=True))
     (target,) = [t for t in doc2["targets"] if t["target"].startswith("balanced accuracy of")]

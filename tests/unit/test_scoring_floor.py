@@ -137,3 +137,16 @@ def test_the_floor_is_opt_in_and_floors_every_combined_candidate_with_its_ood_fr
     assert any("neighbours" in c.params["floor"] for c in grid)
     custom = combined_grid(["pcs", "knn"], floor=True)  # no default candidate has these blocks
     assert {tuple(c.params["floor"]) for c in custom} == {("knn",)}
+
+
+def test_train_config_floor_reaches_the_searched_grid_and_only_the_combined_detector() -> None:
+    from sidecar.errors import ConfigError
+    from sidecar.training import TrainConfig, check_config
+    from sidecar.training._job import build_grid
+
+    assert all("floor" not in c.params for c in build_grid(TrainConfig()))
+    floored = build_grid(TrainConfig(floor=True, m=13))
+    assert floored and all(c.params["floor"] and c.m == 13 for c in floored)
+    check_config(TrainConfig(floor=True))
+    with pytest.raises(ConfigError, match="--floor"):
+        check_config(TrainConfig(detector="max_cosine", floor=True))

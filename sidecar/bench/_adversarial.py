@@ -150,6 +150,7 @@ def adversarial_study(
     encoder: Mapping[str, Any],
     detector: str = "combined",
     floor: bool = False,
+    deny_topics: Sequence[str] = (),
     seed: int = 0,
     target_frr: float = DEFAULT_TARGET_FRR,
     max_misses: int = 10,
@@ -181,6 +182,8 @@ def adversarial_study(
         id_queries=embed(data.id_queries),
         ood_queries=embed(data.ood_queries) if data.ood_queries else None,
         id_groups=data.id_groups,
+        deny_topics=tuple(deny_topics),
+        deny_embeddings=embed(list(deny_topics)) if deny_topics else None,
     )
     E_adv = embed(prompts)
     cfg = TrainConfig(detector=detector, seed=seed, target_frr=target_frr, floor=floor)
@@ -209,9 +212,13 @@ def adversarial_study(
             {"text": prompts[i], "score": float(scores[i]), "margin": float(margins[i])}
             for i in missed[:max_misses]
         ],
+        # prompts the denied-topic screen decided (its term the larger one, above the
+        # threshold): flagged because of a topic, not because they are far from the KB
+        "flagged_by_deny_topics": int(sum(t is not None for t in model.denied_topic(E_adv))),
         "model": {
             "detector": model.detector_name,
             "floor": floor,
+            "deny_topics": len(deny_topics),
             "dims": model.dims,
             "calibration": model.metrics.get("calibration"),
             "target_frr": target_frr,
@@ -245,7 +252,8 @@ class AdversarialBenchConfig:
     subset of their KB names (None: all). ``prompts``: the CSV of prompts (None:
     ``data_dir/adversarial/advbench_harmful_behaviors.csv``), its ``column``;
     ``max_prompts``: the first N distinct prompts only (None: all). ``floor``: train the
-    combined detector with its floor (:attr:`sidecar.training.TrainConfig.floor`). ``encoder``: the
+    combined detector with its floor (:attr:`sidecar.training.TrainConfig.floor`);
+    ``deny_topics``: ``"builtin"`` or a topic file the models refuse (None: none). ``encoder``: the
     encoder's name (None: the settings' one); ``cache_dir``: the embedding cache (None:
     the default one). ``target_rate``: the flagged rate each KB should reach (reported,
     never tuned for). ``held_out``: also score the KBs' held-out dev queries.
@@ -260,6 +268,7 @@ class AdversarialBenchConfig:
     max_prompts: int | None = None
     detector: str = "combined"
     floor: bool = False
+    deny_topics: str | None = None
     encoder: str | None = None
     target_frr: float = DEFAULT_TARGET_FRR
     target_rate: float = TARGET_RATE
@@ -335,6 +344,11 @@ def run_adversarial_bench(
     c = config
     prompts_path = c.prompts if c.prompts is not None else c.data_dir / ADVBENCH_FILE
     prompts = read_prompts(prompts_path, c.column, c.max_prompts)
+    topics: tuple[str, ...] = ()
+    if c.deny_topics:
+        from sidecar.training import read_deny_topics
+
+        topics = read_deny_topics(c.deny_topics)
     tasks = _tasks(c)
     if encoder is None:
         from sidecar.encoders import available_cpus, load_encoder
@@ -364,6 +378,7 @@ def run_adversarial_bench(
                 encoder={"name": encoder.name, "dim": encoder.dim},
                 detector=c.detector,
                 floor=c.floor,
+                deny_topics=topics,
                 seed=c.seed,
                 target_frr=c.target_frr,
                 max_misses=c.max_misses,
@@ -388,6 +403,7 @@ def run_adversarial_bench(
         "encoder": encoder.name,
         "detector": c.detector,
         "floor": c.floor,
+        "deny_topics": {"source": c.deny_topics, "n": len(topics)} if topics else None,
         "target_frr": c.target_frr,
         "seed": c.seed,
         "protocol": _PROTOCOL,

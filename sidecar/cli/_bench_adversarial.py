@@ -15,6 +15,7 @@ from sidecar.cli._options import (
     blas_threads_option,
     cache_dir_option,
     check_output_file,
+    deny_topics_option,
     encoder_option,
     floor_option,
     no_progress_option,
@@ -99,6 +100,7 @@ def _benchmarks(ctx: click.Context, param: click.Parameter, value: str) -> tuple
 )
 @click.option("--detector", default="combined", show_default=True, help="Detector kind.")
 @floor_option
+@deny_topics_option
 @encoder_option
 @target_frr_option
 @seed_option
@@ -118,6 +120,7 @@ def adversarial_command(
     no_held_out: bool,
     detector: str,
     floor: bool,
+    deny_topics: str | None,
     encoder: str | None,
     target_frr: float,
     seed: int,
@@ -165,6 +168,7 @@ def adversarial_command(
         max_prompts=max_prompts,
         detector=detector,
         floor=floor,
+        deny_topics=deny_topics,
         encoder=encoder,
         target_frr=target_frr,
         target_rate=target_rate,

@@ -140,7 +140,7 @@ from sidecar.cli._root import main
     type=click.Choice(["standard", "unseen-ood"]),
     help="standard: OOD training and evaluation queries of the same families; unseen-ood: "
     "one OOD family at a time held out of training and judged alone (per family: AUROC, "
-    "FPR at 95%% TPR, false-reject and OOD-accept rates at the calibrated threshold).",
+    "FPR at 95% TPR, false-reject and OOD-accept rates at the calibrated threshold).",
 )
 @features_option
 @neighbour_bank_option

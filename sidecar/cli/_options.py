@@ -216,6 +216,25 @@ floor_option = click.option(
 )
 
 
+def _deny_spec(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    return None if value in (None, "", "none") else value
+
+
+deny_topics_option = click.option(
+    "--deny-topics",
+    metavar="builtin|none|FILE",
+    default="none",
+    show_default=True,
+    callback=_deny_spec,
+    help="Topics the model refuses even when they share the KB's subject: 'builtin' (the "
+    "packaged list of harmful-request categories), a text file with one short topic "
+    "description per line ('#' comments), or 'none'. The score becomes the larger of the "
+    "detector's and the query's closeness to its nearest topic, each scaled by the ID "
+    "training queries, and the threshold is calibrated on it, so the false-reject target "
+    "holds; see docs/guides/denied-topics.md.",
+)
+
+
 def parse_features(text: str | None) -> tuple[str, ...] | None:
     """``--features pcs,residual`` -> ("pcs", "residual"); None when not given."""
     if not text:

@@ -15,6 +15,7 @@ from sidecar.cli._options import (
     check_output_dir,
     check_output_file,
     criterion_option,
+    deny_topics_option,
     encoder_option,
     encoder_overrides,
     encoder_url_option,
@@ -114,6 +115,7 @@ class _FitBar:
 @features_option
 @neighbour_bank_option
 @floor_option
+@deny_topics_option
 @target_frr_option
 @click.option(
     "--group-near-duplicates/--no-group-near-duplicates",

@@ -28,6 +28,7 @@ from sidecar.scoring._calibration import (
     quiet_calibration,
     recalibrate,
 )
+from sidecar.scoring._deny import DenyScreen, DenyTopics, read_topic_lines
 from sidecar.scoring._fit import FitConfig, fit_model, fit_ood_model
 from sidecar.scoring._geometric import EpsilonBall, EpsilonCube, EpsilonRect
 from sidecar.scoring._gmm import GMMDetector
@@ -53,6 +54,8 @@ __all__ = [
     "SCANS",
     "UNDETERMINED_LANGUAGE",
     "CombinedDetector",
+    "DenyScreen",
+    "DenyTopics",
     "EpsilonBall",
     "EpsilonCube",
     "EpsilonRect",
@@ -83,6 +86,7 @@ __all__ = [
     "probe_cosines",
     "probe_mismatch",
     "quiet_calibration",
+    "read_topic_lines",
     "recalibrate",
     "recalibrate_by_language",
     "select_evr",

@@ -20,6 +20,7 @@ import numpy as np
 from sidecar.errors import ConfigError, DataError
 from sidecar.scoring._base import OODDetector, make_detector, needs_ood_error
 from sidecar.scoring._calibration import DEFAULT_TARGET_FRR, conformal_threshold
+from sidecar.scoring._deny import DenyScreen, DenyTopics
 from sidecar.scoring._model import OODModel
 from sidecar.scoring._subspace import KBSubspace, select_evr, select_pvalue
 
@@ -138,6 +139,7 @@ def fit_ood_model(
     residual_ks: tuple[int, ...] | None = None,
     pca_method: str = "auto",
     subspaces: Subspaces | None = None,
+    deny_topics: DenyTopics | None = None,
 ) -> OODModel:
     """Fit the KB subspace, select PCs, fit the detector and calibrate its threshold.
 
@@ -168,6 +170,7 @@ def fit_ood_model(
         encoder=encoder,
         config=config,
         subspaces=subspaces,
+        deny_topics=deny_topics,
     )
 
 
@@ -181,6 +184,7 @@ def fit_model(
     encoder: _NamedEncoder | Mapping[str, Any],
     config: FitConfig | None = None,
     subspaces: Subspaces | None = None,
+    deny_topics: DenyTopics | None = None,
 ) -> OODModel:
     """Fit the KB subspace, select PCs, fit the detector and calibrate its threshold.
 
@@ -207,6 +211,10 @@ def fit_model(
         one found there is reused, a new one is added. The PCA depends on the KB alone,
         so a search that fits many candidates on one KB fits it once. The caller keeps
         one dict per KB.
+    deny_topics : DenyTopics, optional
+        Topics to refuse: the model's score becomes the larger of the detector's and the
+        query's closeness to its nearest topic, each scaled by the ID fit queries, before
+        the threshold is calibrated (:class:`~sidecar.scoring.DenyScreen`).
 
     Returns
     -------
@@ -221,6 +229,8 @@ def fit_model(
     selected = _select_pcs(space, data)
     shell = _detector_inputs(kb, enc, config.detector, det, space, selected, data)
     _fit_detector(det, shell, data)
+    if deny_topics is not None:
+        shell = _with_deny(shell, deny_topics, data)
     threshold, cal_scores = _calibrate(shell, data, config.target_frr)
     return _assemble(shell, space, data, config, threshold, cal_scores)
 
@@ -358,6 +368,17 @@ def _fit_detector(det: OODDetector, shell: OODModel, data: _Data) -> None:
         det.fit(X, y)
 
 
+def _with_deny(shell: OODModel, topics: DenyTopics, data: _Data) -> OODModel:
+    """``shell`` with the denied-topic screen of ``topics``, scaled by the ID fit rows."""
+    if np.shape(topics.embeddings)[1] != shell.encoder["dim"]:
+        raise DataError(
+            f"denied-topic embeddings have {np.shape(topics.embeddings)[1]} dimensions, "
+            f"the encoder {shell.encoder['dim']}"
+        )
+    scores = shell.score(data.ID_fit)
+    return dataclasses.replace(shell, deny=DenyScreen.fit(topics, scores, data.ID_fit))
+
+
 def _calibrate(shell: OODModel, data: _Data, target_frr: float) -> tuple[float, np.ndarray]:
     """The conformal threshold for ``target_frr`` and the calibration queries' scores."""
     cal_scores = shell.score(data.CAL)
@@ -392,6 +413,8 @@ def _assemble(
         "pca_method": sub.method_,
         "residual_ks": list(space.residual_ks),
     }
+    if shell.deny is not None:
+        fit_params["deny_topics"] = len(shell.deny.topics)
     log.info(
         "fitted %s for KB %s: m=%s k=%s threshold=%.4g",
         config.detector,

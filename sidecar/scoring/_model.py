@@ -19,9 +19,13 @@ import numpy as np
 from sidecar.errors import DataError, EncoderMismatch
 from sidecar.scoring._base import INPUT_BLOCKS, OODDetector
 from sidecar.scoring._baselines import top_cosines, top_k_cosines
+from sidecar.scoring._deny import DenyScreen
 from sidecar.scoring._probes import probe_mismatch
 
 MODEL_FORMAT = "kb-subspace-ood/1"
+# A model with a denied-topic screen: its score is not the detector's alone, so a reader
+# that does not know the screen must refuse it rather than misread its threshold.
+MODEL_FORMAT_DENY = "kb-subspace-ood/2"
 SCORE_CONVENTION = "higher = more out-of-domain; OOD when score > threshold"
 _DET_PREFIX = "detector."
 # Labelled neighbours at or above this cosine are the query itself (or a duplicate).
@@ -73,6 +77,10 @@ class OODModel:
         Embeddings of ``encoder_probe_texts`` by the encoder that embedded the training
         data (see :mod:`sidecar.scoring._probes`); None when training had no encoder.
     encoder_probe_texts : tuple of str
+    deny : DenyScreen or None
+        Denied topics: the score is then the larger of the detector's and the query's
+        closeness to its nearest denied topic, each on its ID scale
+        (:mod:`sidecar.scoring._deny`).
     language_thresholds : dict of str to float
         Thresholds of their own for queries detected in these languages (ISO 639-1
         codes), each calibrated on ID queries of that language; every other query
@@ -99,6 +107,7 @@ class OODModel:
     encoder_probes: np.ndarray | None = None
     encoder_probe_texts: tuple[str, ...] = ()
     language_thresholds: dict[str, float] = field(default_factory=dict)
+    deny: DenyScreen | None = None
     version: str | None = None
     # Hot-path caches, derived in __post_init__.
     _inputs: tuple[str, ...] = field(init=False, repr=False)
@@ -142,6 +151,10 @@ class OODModel:
                     f"encoder probes have shape {shape}, not ({len(self.encoder_probe_texts)}, "
                     f"{dim}) for {len(self.encoder_probe_texts)} probe texts"
                 )
+        if self.deny is not None and self.deny.dim != dim:
+            raise DataError(
+                f"denied-topic anchors have {self.deny.dim} dimensions, the encoder {dim}"
+            )
         knn_ks = tuple(int(k) for k in getattr(self.detector, "knn_ks", ()) or ())
         if "knn" in inputs:
             n_kb = np.asarray(self.kb_embeddings).shape[0]
@@ -312,7 +325,25 @@ class OODModel:
             query scored in a different batch may differ by float32 rounding (~1e-6) when
             the detector uses the max-cosine block or the full embedding.
         """
-        return np.asarray(self.detector.score_samples(self.features(E)), dtype=np.float64)
+        E = self._check_E(E)
+        s = np.asarray(self.detector.score_samples(self.features(E)), dtype=np.float64)
+        return s if self.deny is None else self.deny.combine(s, E)
+
+    def denied_topic(self, E: Any) -> list[str | None]:
+        """Per embedding, the denied topic that decides its score (the screen's topic
+        term is the larger one and above the threshold), else None; all None for a model
+        without denied topics."""
+        E = self._check_E(E)
+        if self.deny is None:
+            return [None] * E.shape[0]
+        s = np.asarray(self.detector.score_samples(self.features(E)), dtype=np.float64)
+        det = (s - self.deny.detector_center) / self.deny.detector_spread
+        topic = self.deny.topic_scores(E)
+        idx = self.deny.nearest(E)
+        return [
+            self.deny.topics[int(i)] if t > d and t > self.threshold else None
+            for i, t, d in zip(idx, topic, det, strict=True)
+        ]
 
     def training_copies(self, E: Any) -> np.ndarray | None:
         """True where a row of ``E`` (n, dim) repeats a labelled training query the model

@@ -14,7 +14,14 @@ import numpy as np
 
 from sidecar.errors import DataError, InvalidModelState
 from sidecar.scoring._base import OODDetector, detector_class
-from sidecar.scoring._model import _DET_PREFIX, MODEL_FORMAT, SCORE_CONVENTION, OODModel
+from sidecar.scoring._deny import DenyScreen
+from sidecar.scoring._model import (
+    _DET_PREFIX,
+    MODEL_FORMAT,
+    MODEL_FORMAT_DENY,
+    SCORE_CONVENTION,
+    OODModel,
+)
 
 
 def model_state(model: OODModel) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -68,6 +75,9 @@ def model_state(model: OODModel) -> tuple[dict[str, Any], dict[str, np.ndarray]]
         section["encoder_probe_texts"] = list(model.encoder_probe_texts)
     if model.language_thresholds:
         section["language_thresholds"] = dict(sorted(model.language_thresholds.items()))
+    if model.deny is not None:
+        section["format"] = MODEL_FORMAT_DENY
+        section["deny"], arrays["deny.anchors"] = model.deny.state()
     return section, arrays
 
 
@@ -97,8 +107,10 @@ def model_from_state(
     InvalidModelState
         Unknown detector kind, or a malformed section or arrays.
     """
-    if not isinstance(section, Mapping) or section.get("format") != MODEL_FORMAT:
-        raise InvalidModelState(f"artifact has no {MODEL_FORMAT} model section")
+    formats = (MODEL_FORMAT, MODEL_FORMAT_DENY)
+    if not isinstance(section, Mapping) or section.get("format") not in formats:
+        raise InvalidModelState(f"artifact has no {' or '.join(formats)} model section")
+    has_deny = section.get("format") == MODEL_FORMAT_DENY
     kind = section.get("kind")
     try:
         det_cls = detector_class(str(kind))
@@ -138,6 +150,9 @@ def model_from_state(
             encoder_probes=arrays.get("encoder.probes"),
             encoder_probe_texts=tuple(probe_texts),
             language_thresholds=dict(langs),
+            deny=DenyScreen.from_state(section["deny"], arrays["deny.anchors"])
+            if has_deny
+            else None,
             version=version,
         )
         _check_built(out, section)

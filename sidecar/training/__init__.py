@@ -12,6 +12,7 @@ gathered into :class:`SourceRows`.
 """
 
 from sidecar.training._cache import EmbeddingCache
+from sidecar.training._deny_topics import BUILTIN_DENY_TOPICS, read_deny_topics
 from sidecar.training._drift import expected_frr
 from sidecar.training._fitting import FitProgress, fixed_fit
 from sidecar.training._grid import Candidate, combined_grid, default_grid
@@ -21,6 +22,7 @@ from sidecar.training._job import (
     TrainInputs,
     TrainResult,
     check_config,
+    deny_topics_of,
     parse_m_range,
     train,
 )
@@ -60,6 +62,7 @@ from sidecar.training._train_inputs import InputSources, load_inputs, load_npy
 from sidecar.training._train_report import build_report
 
 __all__ = [
+    "BUILTIN_DENY_TOPICS",
     "METRIC_KEYS",
     "NEAR_DUPLICATE_COS",
     "OOD_CAL_FRACTION",
@@ -90,6 +93,7 @@ __all__ = [
     "check_release",
     "combined_grid",
     "default_grid",
+    "deny_topics_of",
     "expected_frr",
     "fixed_fit",
     "fpr_at_tpr",
@@ -101,6 +105,7 @@ __all__ = [
     "paper_accuracy",
     "parquet_batches",
     "parse_m_range",
+    "read_deny_topics",
     "read_kb",
     "read_parquet",
     "read_queries",

@@ -95,7 +95,9 @@ def out_of_fold(
         rest = np.setdiff1d(np.arange(len(E)), held)
         ood_part = ood_folds[f][0] if ood_folds else ood
         # the fold model's own threshold is unused; calibrating it on E only keeps it quiet
-        part = TrainingSplits(splits.kb, E[rest], E[held], E, ood_part, subspaces=splits.subspaces)
+        part = TrainingSplits(
+            splits.kb, E[rest], E[held], E, ood_part, subspaces=splits.subspaces, deny=splits.deny
+        )
         model = fit_candidate(part, cand, final=False, **fit)
         oof[held] = model.score(E[held])
         if ood_folds:
@@ -141,7 +143,9 @@ def cross_calibrated(
             progress.planned(fold_count(splits, folds))
             oof = out_of_fold(splits, cand, folds=folds, fold_ood=False, **fit)
     E, ood = splits.id_all, splits.ood_fit_val
-    whole = TrainingSplits(splits.kb, E, E[:0], E, ood, subspaces=splits.subspaces)
+    whole = TrainingSplits(
+        splits.kb, E, E[:0], E, ood, subspaces=splits.subspaces, deny=splits.deny
+    )
     progress.planned(1)
     model = fit_candidate(whole, cand, final=False, **fit)
     thr = conformal_threshold(oof.id_scores, fit["target_frr"])

@@ -121,6 +121,7 @@ def fit_candidate(
             residual_ks=fit.residual_ks,
             pca_method=pca_method,
             subspaces=splits.subspaces,
+            deny_topics=splits.deny,
         )
     finally:
         progress.fitted()

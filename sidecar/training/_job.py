@@ -33,6 +33,7 @@ from sidecar.scoring import (
     DEFAULT_TARGET_FRR,
     PROBE_TEXTS,
     CombinedDetector,
+    DenyTopics,
     OODModel,
     detector_kinds,
 )
@@ -67,6 +68,10 @@ class TrainInputs:
     # The probe sentences' embeddings by the encoder that embedded the texts (see
     # sidecar.scoring._probes); None when the inputs came as embeddings only.
     encoder_probes: np.ndarray | None = None
+    # Topics the model refuses (DenyScreen) and their embeddings by the same encoder;
+    # none when deny_embeddings is None.
+    deny_topics: tuple[str, ...] = ()
+    deny_embeddings: np.ndarray | None = None
     # Where that encoder ran, for the report: {"backend"} and, for an embedding server,
     # its masked "url", the "model" asked for and the "served_model" it named.
     encoder_source: dict[str, Any] | None = None
@@ -297,6 +302,7 @@ def grouped_splits(
             ood_cal_fraction=OOD_CAL_FRACTION if cfg.threshold_rule == "balanced" else 0.0,
             id_groups=id_g,
             ood_groups=ood_g,
+            deny=deny_topics_of(inputs),
         )
 
     try:
@@ -315,6 +321,13 @@ def grouped_splits(
         _n_groups(ood_groups, n_ood),
         joined,
     )
+
+
+def deny_topics_of(inputs: TrainInputs) -> DenyTopics | None:
+    """The denied topics ``inputs`` carry, or None."""
+    if inputs.deny_embeddings is None:
+        return None
+    return DenyTopics(tuple(inputs.deny_topics), inputs.deny_embeddings)
 
 
 def _splits(inputs: TrainInputs, cfg: TrainConfig) -> TrainingSplits:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sidecar.errors import DataError
-from sidecar.scoring import DEFAULT_TARGET_FRR, KBSubspace
+from sidecar.scoring import DEFAULT_TARGET_FRR, DenyTopics, KBSubspace
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,8 @@ class TrainingSplits:
     subspaces: dict[tuple[int, str, int], KBSubspace] = field(
         default_factory=dict, compare=False, repr=False
     )
+    # Topics every model fitted on these splits refuses (fit_ood_model(deny_topics=...)).
+    deny: DenyTopics | None = field(default=None, compare=False, repr=False)
 
     @property
     def has_ood(self) -> bool:
@@ -256,6 +258,7 @@ def carve_splits(
     ood_cal_fraction: float = 0.0,
     id_groups: Sequence[int] | np.ndarray | None = None,
     ood_groups: Sequence[int] | np.ndarray | None = None,
+    deny: DenyTopics | None = None,
 ) -> TrainingSplits:
     """Cut training embeddings into fit / validation / calibration parts (seeded).
 
@@ -267,7 +270,8 @@ def carve_splits(
     ``ood_cal_fraction`` > 0, that fraction (at most ``max_ood_val``) is first held out for
     calibrating a balanced-accuracy threshold (never fitted on). ``id_groups`` /
     ``ood_groups`` (one label per row) keep each group in one part; a part then ends at
-    the first group boundary at or after its size.
+    the first group boundary at or after its size. ``deny``: the denied topics every
+    model fitted on the splits screens for.
     """
     rng = np.random.default_rng(seed)
     n = len(id_train)
@@ -317,4 +321,5 @@ def carve_splits(
         ood_cal,
         labels,
         ood_labels,
+        deny=deny,
     )

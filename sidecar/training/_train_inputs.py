@@ -23,6 +23,7 @@ import numpy as np
 from sidecar._input_files import input_file
 from sidecar.errors import ConfigError, DataError
 from sidecar.settings import Settings
+from sidecar.training._deny_topics import read_deny_topics
 from sidecar.training._job import TrainInputs
 from sidecar.training._jsonl import (
     DEMO_ID_QUERIES,
@@ -54,9 +55,11 @@ class InputSources:
 
     With no KB option the built-in demo KB and its queries are used. ``encoder`` names the
     encoder (default: ``scoring.encoder``), ``cache_dir`` the embedding cache, ``kb_name``
-    the KB (default: ``scoring.default_kb``); ``publish`` says the model is meant for the
-    workers, so embeddings of another width are refused. ``check_rows`` rows of an input
-    that came with stored embeddings are re-embedded to prove their encoder.
+    the KB (default: ``scoring.default_kb``); ``deny_topics`` the denied topics
+    (``"builtin"`` or a file, embedded by the same encoder); ``publish`` says the model is
+    meant for the workers, so embeddings of another width are refused. ``check_rows``
+    rows of an input that came with stored embeddings are re-embedded to prove their
+    encoder.
     """
 
     kb_path: str | Path | None = None
@@ -73,6 +76,8 @@ class InputSources:
     kb_name: str | None = None
     publish: bool = False
     check_rows: int = CHECK_ROWS
+    # Topics the model refuses: "builtin" or a text file (read_deny_topics); None: none.
+    deny_topics: str | Path | None = None
 
     @classmethod
     def from_options(cls, opts: Mapping[str, Any]) -> InputSources:
@@ -166,6 +171,7 @@ def load_inputs(
     the settings and ``sources.encoder`` name.
     """
     plan = _plan(sources)
+    topics = read_deny_topics(sources.deny_topics) if sources.deny_topics else ()
     inputs: dict[str, _Input | None] = {}
     with contextlib.ExitStack() as stack:
         pg = None
@@ -189,7 +195,9 @@ def load_inputs(
     probes, source = None, None
     read = {w: i for w, i in inputs.items() if i is not None}
     if any(i.rows is not None for i in read.values()):
-        enc_record, probes, source = _embed(read, settings, name, sources, progress, encoder)
+        enc_record, probes, source, encoder = _embed(
+            read, settings, name, sources, progress, encoder
+        )
     else:
         from sidecar.encoders import encoder_dim, encoder_label, resolve_encoder_path
 
@@ -200,6 +208,7 @@ def load_inputs(
         label = encoder_label(name) if remote else resolve_encoder_path(name)[0]
         enc_record = {"name": label, "dim": int(kb_arr.shape[1])}
         _check_width(enc_record, encoder_dim(name), publish=sources.publish)
+    deny = _embed_topics(topics, encoder, settings, name, enc_record) if topics else None
     embed_s = time.perf_counter() - t0
     _check_dims(read, enc_record, embedded=probes is not None)
     kb, id_q, ood = read["KB"], read["ID"], inputs["OOD"]
@@ -217,6 +226,8 @@ def load_inputs(
         ood_groups=ood.rows.groups if ood is not None and ood.rows else None,
         encoder_probes=probes,
         encoder_source=source,
+        deny_topics=topics,
+        deny_embeddings=deny,
     )
     log.info(
         "training inputs: %s KB docs, %s ID, %s OOD queries",
@@ -234,10 +245,10 @@ def _embed(
     sources: InputSources,
     progress: bool,
     encoder: Any,
-) -> tuple[dict[str, Any], np.ndarray, dict[str, Any]]:
+) -> tuple[dict[str, Any], np.ndarray, dict[str, Any], Any]:
     """Embed the inputs that are texts alone, and check a sample of those that came with
-    embeddings; the encoder's record, its probe embeddings and where it ran (the backend;
-    for an embedding server its URL and model names)."""
+    embeddings; the encoder's record, its probe embeddings, where it ran (the backend;
+    for an embedding server its URL and model names) and the encoder itself."""
     from sidecar.encoders import available_cpus, embed_probes, load_encoder
 
     # The worker's backend (ONNX Runtime under `auto`), on every CPU the job has.
@@ -262,7 +273,29 @@ def _embed(
     if callable(describe):  # an embedding server: which one, and what it calls the model
         server = describe()
         source.update({k: server[k] for k in ("url", "model", "served_model")})
-    return {"name": enc.name, "dim": enc.dim}, probes, source
+    return {"name": enc.name, "dim": enc.dim}, probes, source, enc
+
+
+def _embed_topics(
+    topics: tuple[str, ...],
+    encoder: Any,
+    settings: Settings,
+    name: str,
+    record: Mapping[str, Any],
+) -> np.ndarray:
+    """The denied topics embedded by the encoder of the training data (loaded here when
+    every input came as embeddings)."""
+    if encoder is None:
+        from sidecar.encoders import available_cpus, load_encoder
+
+        encoder = load_encoder(settings, name=name, threads=available_cpus())
+    E = np.asarray(encoder.encode(list(topics)), dtype=np.float32)
+    if E.shape != (len(topics), int(record["dim"])):
+        raise DataError(
+            f"the encoder embedded the denied topics as {E.shape}, not "
+            f"({len(topics)}, {record['dim']}): it is not the encoder of the training inputs"
+        )
+    return E
 
 
 def _check_dims(

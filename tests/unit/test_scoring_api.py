@@ -10,6 +10,8 @@ def test_all_is_pinned() -> None:
         [
             "CombinedDetector",
             "DEFAULT_TARGET_FRR",
+            "DenyScreen",
+            "DenyTopics",
             "EpsilonBall",
             "EpsilonCube",
             "EpsilonRect",
@@ -46,6 +48,7 @@ def test_all_is_pinned() -> None:
             "probe_cosines",
             "probe_mismatch",
             "quiet_calibration",
+            "read_topic_lines",
             "recalibrate",
             "recalibrate_by_language",
             "select_evr",

@@ -6,6 +6,7 @@ import sidecar.training as training
 def test_all_is_pinned() -> None:
     assert sorted(training.__all__) == sorted(
         [
+            "BUILTIN_DENY_TOPICS",
             "Candidate",
             "EmbeddingCache",
             "FitProgress",
@@ -36,6 +37,7 @@ def test_all_is_pinned() -> None:
             "check_release",
             "combined_grid",
             "default_grid",
+            "deny_topics_of",
             "expected_frr",
             "fixed_fit",
             "fpr_at_tpr",
@@ -47,6 +49,7 @@ def test_all_is_pinned() -> None:
             "paper_accuracy",
             "parquet_batches",
             "parse_m_range",
+            "read_deny_topics",
             "read_kb",
             "read_parquet",
             "read_queries",

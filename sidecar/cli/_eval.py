@@ -15,6 +15,7 @@ from sidecar.cli._options import (
     check_output_dir,
     check_output_file,
     criterion_option,
+    deny_topics_option,
     encoder_option,
     encoder_overrides,
     encoder_url_option,
@@ -145,6 +146,7 @@ from sidecar.cli._root import main
 @features_option
 @neighbour_bank_option
 @floor_option
+@deny_topics_option
 @no_progress_option
 def eval_command(
     benchmark: str,
@@ -173,6 +175,7 @@ def eval_command(
     features: str | None,
     neighbour_bank: int | None,
     floor: bool,
+    deny_topics: str | None,
     ood_protocol: str,
     no_progress: bool,
 ) -> None:
@@ -218,6 +221,7 @@ def eval_command(
         features=features,
         neighbour_bank=neighbour_bank,
         floor=floor,
+        deny_topics=deny_topics,
         language=language,
         kb_language=kb_language,
         ood_protocol=ood_protocol,

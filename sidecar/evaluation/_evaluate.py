@@ -29,7 +29,7 @@ from sidecar.evaluation._folds import (
 )
 from sidecar.evaluation._pool import Pool
 from sidecar.evaluation._targets import PROTOCOL_M, protocol_table, targets
-from sidecar.scoring import DEFAULT_TARGET_FRR, OODModel, detector_table
+from sidecar.scoring import DEFAULT_TARGET_FRR, DenyTopics, OODModel, detector_table
 from sidecar.training import (
     METRIC_KEYS,
     NEAR_DUPLICATE_COS,
@@ -78,6 +78,7 @@ def evaluate_task(
     fold_grouping: str = "grouped",
     calibration: str | None = None,
     group_cache: dict[Any, Any] | None = None,
+    deny_topics: DenyTopics | None = None,
 ) -> dict[str, Any]:
     """Metrics of every detector on one KB: ``{"detectors": {...}, "protocol": {...}}``.
 
@@ -92,6 +93,8 @@ def evaluate_task(
     trained on).
     ``group_cache``: a dict kept across calls on the same tasks and embeddings (other
     seeds), so that the seed-free near-duplicate grouping is computed once per task.
+    ``deny_topics``: every model screens for these denied topics, as ``sidecar train
+    --deny-topics`` builds it.
     """
     if fold_grouping not in FOLD_GROUPINGS:
         raise ConfigError(f"fold_grouping must be one of {FOLD_GROUPINGS}, not {fold_grouping!r}")
@@ -105,6 +108,7 @@ def evaluate_task(
         threshold_rule=threshold_rule,
         calibration=resolve_calibration(threshold_rule, calibration),
         grids=grids or {},
+        deny=deny_topics,
     )
     E = _embed_task(task, embed)
     groups, folds = _task_folds(task, E, fold_grouping, seed, group_cache)
@@ -135,6 +139,7 @@ class _TaskRun:
     threshold_rule: str
     calibration: str
     grids: Mapping[str, Sequence[Candidate]]
+    deny: DenyTopics | None = None
 
 
 class _Embedded(NamedTuple):
@@ -220,6 +225,7 @@ def _fold_splits(
         seed=seed,
         target_frr=run.target_frr,
         ood_cal_fraction=OOD_CAL_FRACTION if run.threshold_rule == "balanced" else 0.0,
+        deny=run.deny,
     )
 
 
@@ -305,11 +311,13 @@ def evaluate_benchmark(
     calibration: str | None = None,
     group_cache: dict[Any, Any] | None = None,
     grids: Mapping[str, Sequence[Candidate]] | None = None,
+    deny_topics: DenyTopics | None = None,
 ) -> dict[str, Any]:
     """Run :func:`evaluate_task` on every KB and assemble the report JSON.
 
     ``protocol=False`` skips the p-value-vs-EVR refits (an empty ``pvalue_vs_evr`` table);
-    ``group_cache`` and ``grids`` are passed on to every :func:`evaluate_task`.
+    ``group_cache``, ``grids`` and ``deny_topics`` are passed on to every
+    :func:`evaluate_task`.
     """
     from tqdm.auto import tqdm
 
@@ -335,6 +343,7 @@ def evaluate_benchmark(
             calibration=calibration,
             group_cache=group_cache,
             grids=grids,
+            deny_topics=deny_topics,
         )
         per_kb[task.name] = res["detectors"]
         by_kb[task.name] = res["protocol"]

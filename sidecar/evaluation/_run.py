@@ -36,7 +36,8 @@ class EvalConfig:
     stackexchange only. ``n_seeds`` > 1 also evaluates seeds ``seed + 1`` ... without the
     protocol refits and reports the spread. ``features`` (comma-separated blocks, recorded
     as given) and ``neighbour_bank`` change the combined detector's candidates as they
-    would for ``sidecar train``, and so does ``floor``. ``blas_threads`` caps the BLAS threads.
+    would for ``sidecar train``, and so do ``floor`` and ``deny_topics`` (every detector
+    then screens for the topics). ``blas_threads`` caps the BLAS threads.
     """
 
     benchmark: str
@@ -61,6 +62,8 @@ class EvalConfig:
     neighbour_bank: int | None = None
     # floor the combined detector with its OOD-free evidence (TrainConfig.floor)
     floor: bool = False
+    # denied topics every model screens for: "builtin" or a file (None: none)
+    deny_topics: str | None = None
     # xsid / sib200: the query language(s) ("all" or a comma list) and the KB's language
     language: str | None = None
     kb_language: str | None = None
@@ -104,6 +107,11 @@ def _grid_record(cfg: EvalConfig) -> dict[str, Any]:
     return {"features": cfg.features, "neighbour_bank": cfg.neighbour_bank, "floor": cfg.floor}
 
 
+def _deny_record(cfg: EvalConfig, topics: tuple[str, ...]) -> dict[str, Any] | None:
+    """The denied topics every model screened for, for the report."""
+    return {"source": cfg.deny_topics, "n": len(topics)} if topics else None
+
+
 def _check_ood_protocol(cfg: EvalConfig) -> None:
     from sidecar.evaluation._unseen import OOD_PROTOCOLS
 
@@ -121,6 +129,7 @@ def _unseen(
     dets: Sequence[str],
     grids: dict[str, Any] | None,
     progress: bool,
+    deny: Any = None,
 ) -> dict[str, Any]:
     """The unseen-OOD protocol on ``tasks`` (see :mod:`sidecar.evaluation._unseen`)."""
     from sidecar.evaluation._unseen import unseen_holdouts
@@ -141,6 +150,7 @@ def _unseen(
         calibration=cfg.calibration,
         grids=grids,
         progress=progress,
+        deny_topics=deny,
     )
     if grids is not None:
         report["combined_grid"] = _grid_record(cfg)
@@ -179,6 +189,13 @@ def run_evaluation(settings: Settings, cfg: EvalConfig, *, progress: bool = True
     _check_ood_protocol(cfg)
     dets = DETECTORS if cfg.detectors is None else cfg.detectors
     grids = _grids(cfg, dets)
+    topics: tuple[str, ...] = ()
+    if cfg.deny_topics:
+        if multilingual:
+            raise ConfigError("--deny-topics applies to the monolingual benchmarks")
+        from sidecar.training import read_deny_topics
+
+        topics = read_deny_topics(cfg.deny_topics)
     if multilingual:  # every file read (and refused) before the encoder loads
         for lang in languages_of(cfg.benchmark, cfg.language or "en"):
             tasks = load_multilingual(
@@ -196,12 +213,18 @@ def run_evaluation(settings: Settings, cfg: EvalConfig, *, progress: bool = True
     # The worker's backend (ONNX Runtime under `auto`), on every CPU.
     enc = load_encoder(settings, name=cfg.encoder, threads=available_cpus())
     cache = EmbeddingCache(enc, cfg.cache_dir, progress=progress)
+    deny = None
+    if topics:
+        from sidecar.scoring import DenyTopics
+
+        deny = DenyTopics(topics, cache.embed(list(topics), desc="encoding denied topics"))
     groups: dict[Any, Any] = {}  # near-duplicate groups: the same for every seed
     if cfg.ood_protocol == "unseen-ood":
         with threadpool_limits(limits=cfg.blas_threads):
             encoder = {"name": enc.name, "dim": enc.dim}
-            report = _unseen(cfg, tasks, cache.embed, encoder, dets, grids, progress)
+            report = _unseen(cfg, tasks, cache.embed, encoder, dets, grids, progress, deny)
         report["subsample"] = caps or None
+        report["deny_topics"] = _deny_record(cfg, topics)
         return report
 
     def run(at: int, with_protocol: bool) -> dict[str, Any]:
@@ -222,6 +245,7 @@ def run_evaluation(settings: Settings, cfg: EvalConfig, *, progress: bool = True
             calibration=cfg.calibration,
             group_cache=groups,
             grids=grids,
+            deny_topics=deny,
         )
 
     if multilingual:
@@ -244,6 +268,7 @@ def run_evaluation(settings: Settings, cfg: EvalConfig, *, progress: bool = True
             report["wall_s"] = round(report["wall_s"] + sum(r["wall_s"] for r in extra), 1)
             report["targets"] = targets(report)
     report["subsample"] = caps or None
+    report["deny_topics"] = _deny_record(cfg, topics)
     if grids is not None:
         report["combined_grid"] = _grid_record(cfg)
     return report

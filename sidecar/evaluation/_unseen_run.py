@@ -54,8 +54,10 @@ def evaluate_unseen(
     calibration: str | None = None,
     grids: Mapping[str, Any] | None = None,
     progress: bool = True,
+    deny_topics: Any = None,
 ) -> dict[str, Any]:
-    """Evaluate every detector on every holdout and return the report JSON."""
+    """Evaluate every detector on every holdout and return the report JSON
+    (``deny_topics``: a :class:`~sidecar.scoring.DenyTopics` every model screens for)."""
     from tqdm.auto import tqdm
 
     calibration = resolve_calibration(threshold_rule, calibration)  # refuse a bad pair first
@@ -76,6 +78,7 @@ def evaluate_unseen(
             threshold_rule=threshold_rule,
             fold_grouping=fold_grouping,
             calibration=calibration,
+            deny_topics=deny_topics,
         )
         rows.append({**_describe(h, task, dropped), "detectors": res["detectors"]})
     out: dict[str, Any] = {

@@ -8,14 +8,15 @@ the second question, "is this query close to something we refuse?", from short t
 descriptions embedded by the model's own encoder (so it works in every language that
 encoder knows).
 
-The screen is a third opinion inside the model's score, not a rule beside it: the score
-becomes the larger of the detector's score and the query's cosine to its nearest denied
-topic, each put on one scale by the ID training queries (0 at their median; 1 at their
-99th percentile for the detector, whose fit makes its own ID rows look better than new
-ones, and at their 95th for the topic cosine, as the combined detector's floor does).
-The conformal threshold is then calibrated on that score, so the false-reject promise is
-kept as before: an in-domain query that happens to sit near a denied topic costs the
-calibrated budget, never more.
+The screen is a third opinion inside the model's score, not a rule beside it. Each
+topic's cosine is first put on its own scale by the ID training queries (0 at their
+median, 1 at their 99th percentile), so a topic the KB's own users come close to (a
+small-talk KB and "pretend you are an AI") counts only when a query comes closer than they
+do; the largest of these is the query's topic term, put on one scale the same way. The
+score is then the larger of the detector's score (on the same ID scale) and the topic
+term, and the conformal threshold is calibrated on that score: the false-reject promise
+holds as before, and an in-domain query near a denied topic costs the calibrated budget,
+never more.
 """
 
 from __future__ import annotations
@@ -29,9 +30,8 @@ import numpy as np
 from sidecar.errors import DataError
 from sidecar.scoring._baselines import top_cosines
 
-# The ID quantiles the two scales are pinned to (see the module docstring).
-DETECTOR_QUANTILE = 0.99
-TOPIC_QUANTILE = 0.95
+# The ID quantile every scale is pinned to: the detector's, each topic's, the topic term's.
+PIN_QUANTILE = 0.99
 
 
 def _unit(X: Any) -> np.ndarray:
@@ -80,39 +80,52 @@ class DenyTopics:
 
 @dataclass(frozen=True)
 class DenyScreen:
-    """The fitted screen: unit topic embeddings and the two scales.
+    """The fitted screen: unit topic embeddings and the scales.
 
     Attributes
     ----------
     topics : tuple of str
     anchors : ndarray of shape (n_topics, dim), unit rows
     detector_center, detector_spread : float
-        The detector's ID scale (0 at the ID median, 1 at its ``DETECTOR_QUANTILE``).
-    topic_center, topic_spread : float
-        The topic cosine's ID scale (0 at the ID median, 1 at its ``TOPIC_QUANTILE``).
+        The detector's ID scale (0 at the ID median, 1 at its ``PIN_QUANTILE``).
+    topic_centers, topic_spreads : ndarray of shape (n_topics,)
+        Each topic's cosine's ID scale.
+    term_center, term_spread : float
+        The topic term's (the largest scaled topic cosine) ID scale.
     """
 
     topics: tuple[str, ...]
     anchors: np.ndarray
     detector_center: float
     detector_spread: float
-    topic_center: float
-    topic_spread: float
+    topic_centers: np.ndarray
+    topic_spreads: np.ndarray
+    term_center: float
+    term_spread: float
 
     def __post_init__(self) -> None:
         A = np.asarray(self.anchors)
-        if A.ndim != 2 or A.shape[0] != len(self.topics) or not self.topics:
-            raise DataError(
-                f"denied topics: {len(self.topics)} texts but anchors of shape {A.shape}"
-            )
-        for name in ("detector_spread", "topic_spread"):
+        n = len(self.topics)
+        if A.ndim != 2 or A.shape[0] != n or not n:
+            raise DataError(f"denied topics: {n} texts but anchors of shape {A.shape}")
+        centers = np.asarray(self.topic_centers, dtype=np.float64)
+        spreads = np.asarray(self.topic_spreads, dtype=np.float64)
+        if centers.shape != (n,) or spreads.shape != (n,):
+            raise DataError(f"denied topics: {n} texts but {centers.size} topic scales")
+        for name in ("detector_spread", "term_spread"):
             v = float(getattr(self, name))
             if not (np.isfinite(v) and v > 0):
                 raise DataError(f"denied-topic screen: {name} must be a positive number, got {v}")
-        for name in ("detector_center", "topic_center"):
+        if not (np.all(np.isfinite(spreads)) and np.all(spreads > 0)):
+            raise DataError("denied-topic screen: topic spreads must be positive numbers")
+        for name in ("detector_center", "term_center"):
             if not np.isfinite(float(getattr(self, name))):
                 raise DataError(f"denied-topic screen: {name} is not finite")
+        if not np.all(np.isfinite(centers)):
+            raise DataError("denied-topic screen: topic centers are not finite")
         object.__setattr__(self, "anchors", _unit(A))
+        object.__setattr__(self, "topic_centers", centers)
+        object.__setattr__(self, "topic_spreads", spreads)
 
     @property
     def dim(self) -> int:
@@ -135,26 +148,36 @@ class DenyScreen:
         if s.size == 0 or not np.all(np.isfinite(s)):
             raise DataError("the denied-topic screen needs finite scores of ID queries")
         anchors = _unit(topics.embeddings)
-        sim = top_cosines(_unit(id_embeddings), anchors, 1).astype(np.float64)
-        d_c, d_s = _pin(s, DETECTOR_QUANTILE)
-        t_c, t_s = _pin(sim, TOPIC_QUANTILE)
-        return cls(tuple(topics.texts), anchors, d_c, d_s, t_c, t_s)
+        S = _unit(id_embeddings).astype(np.float64) @ anchors.T.astype(np.float64)
+        pins = [_pin(S[:, j], PIN_QUANTILE) for j in range(S.shape[1])]
+        centers = np.array([c for c, _ in pins])
+        spreads = np.array([w for _, w in pins])
+        term = ((S - centers) / spreads).max(axis=1)
+        d_c, d_s = _pin(s, PIN_QUANTILE)
+        t_c, t_s = _pin(term, PIN_QUANTILE)
+        return cls(tuple(topics.texts), anchors, d_c, d_s, centers, spreads, t_c, t_s)
+
+    def _scaled(self, E: np.ndarray) -> np.ndarray:
+        """Each topic's cosine on its ID scale; shape (n, n_topics)."""
+        S = _unit(E).astype(np.float64) @ self.anchors.T.astype(np.float64)
+        return (S - self.topic_centers) / self.topic_spreads
 
     def similarity(self, E: np.ndarray) -> np.ndarray:
         """Cosine of each embedding (n, dim) to its nearest denied topic; shape (n,)."""
         return top_cosines(_unit(E), self.anchors, 1).astype(np.float64)
 
     def nearest(self, E: np.ndarray) -> np.ndarray:
-        """Index into ``topics`` of each embedding's nearest denied topic; shape (n,)."""
-        return np.asarray(np.argmax(_unit(E) @ self.anchors.T, axis=1), dtype=np.int64)
+        """Index into ``topics`` of the topic that sets each embedding's topic term (the
+        largest scaled cosine); shape (n,)."""
+        return np.asarray(np.argmax(self._scaled(E), axis=1), dtype=np.int64)
 
     def topic_scores(self, E: np.ndarray) -> np.ndarray:
-        """The topic cosine on the screen's scale; shape (n,)."""
-        return (self.similarity(E) - self.topic_center) / self.topic_spread
+        """The topic term on its ID scale; shape (n,)."""
+        return (self._scaled(E).max(axis=1) - self.term_center) / self.term_spread
 
     def combine(self, scores: np.ndarray, E: np.ndarray) -> np.ndarray:
         """The model's score: the larger of the detector's ``scores`` and the topic
-        cosine, each on its ID scale; shape (n,)."""
+        term, each on its ID scale; shape (n,)."""
         det = (np.asarray(scores, dtype=np.float64) - self.detector_center) / self.detector_spread
         return np.maximum(det, self.topic_scores(E))
 
@@ -164,24 +187,45 @@ class DenyScreen:
             "topics": list(self.topics),
             "detector_center": self.detector_center,
             "detector_spread": self.detector_spread,
-            "topic_center": self.topic_center,
-            "topic_spread": self.topic_spread,
+            "topic_centers": [float(v) for v in self.topic_centers],
+            "topic_spreads": [float(v) for v in self.topic_spreads],
+            "term_center": self.term_center,
+            "term_spread": self.term_spread,
         }
         return section, np.asarray(self.anchors, dtype=np.float32)
 
     @classmethod
     def from_state(cls, section: Mapping[str, Any], anchors: Any) -> DenyScreen:
         """Built back from :meth:`state` (ValueError on a malformed section)."""
+
+        def number(v: Any) -> bool:
+            return isinstance(v, int | float) and not isinstance(v, bool)
+
         topics = section.get("topics")
         if not (isinstance(topics, list) and all(isinstance(t, str) for t in topics)):
             raise ValueError("deny.topics is not a list of strings")
-        nums = {}
-        for key in ("detector_center", "detector_spread", "topic_center", "topic_spread"):
-            v = section.get(key)
-            if not isinstance(v, int | float) or isinstance(v, bool):
+        nums: dict[str, float] = {}
+        for key in ("detector_center", "detector_spread", "term_center", "term_spread"):
+            v: Any = section.get(key)
+            if not number(v):
                 raise ValueError(f"deny.{key} is not a number")
             nums[key] = float(v)
-        return cls(tuple(topics), np.asarray(anchors, dtype=np.float32), **nums)
+        lists = {}
+        for key in ("topic_centers", "topic_spreads"):
+            v = section.get(key)
+            if not (isinstance(v, list) and all(number(x) for x in v)):
+                raise ValueError(f"deny.{key} is not a list of numbers")
+            lists[key] = np.asarray(v, dtype=np.float64)
+        return cls(
+            tuple(topics),
+            np.asarray(anchors, dtype=np.float32),
+            nums["detector_center"],
+            nums["detector_spread"],
+            lists["topic_centers"],
+            lists["topic_spreads"],
+            nums["term_center"],
+            nums["term_spread"],
+        )
 
 
 def read_topic_lines(lines: Sequence[str]) -> tuple[str, ...]:

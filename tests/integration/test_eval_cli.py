@@ -100,3 +100,26 @@ def test_a_missing_test_split_is_named_in_one_line(shared_data: Path, tmp_path: 
         "missing for --split test" in res.output and "covidq_final_master_dataset.csv" in res.output
     )
     assert "Traceback" not in res.output
+
+
+def test_denied_topics_screen_every_detector_the_evaluation_fits(
+    shared_data: Path, tmp_path: Path
+) -> None:
+    """`sidecar eval --deny-topics builtin`: the covid benchmark's models screen for the
+    topics, and AdvBench, among its OOD evaluation queries, is refused more often."""
+    args = ("--detectors", "max_cosine", "--no-protocol", "--no-progress")
+    runs = {}
+    for spec in ("none", "builtin"):
+        out = tmp_path / f"{spec}.json"
+        res = _eval(
+            shared_data, out, *args, "--cache-dir", str(tmp_path / "c"), "--deny-topics", spec
+        )
+        assert res.exit_code == 0, res.output
+        runs[spec] = json.loads(out.read_text())
+    assert runs["none"]["deny_topics"] is None
+    assert runs["builtin"]["deny_topics"]["source"] == "builtin"
+    assert runs["builtin"]["deny_topics"]["n"] >= 20
+    plain, screened = (runs[s]["kbs"]["covid"]["max_cosine"] for s in ("none", "builtin"))
+    assert screened["ood_accept_rate"] < plain["ood_accept_rate"]
+    res = _eval(shared_data, tmp_path / "x.json", "--deny-topics", str(tmp_path / "none.txt"))
+    assert res.exit_code == 2 and "denied-topic file not found" in res.output

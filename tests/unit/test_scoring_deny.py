@@ -87,9 +87,13 @@ def test_the_score_is_the_larger_of_the_two_pinned_terms_and_names_the_deciding_
     det = model.detector.score_samples(model.features(E))
     expect = np.maximum(
         (det - deny.detector_center) / deny.detector_spread,
-        (deny.similarity(E) - deny.topic_center) / deny.topic_spread,
+        deny.topic_scores(E),
     )
     assert np.array_equal(model.score(E), expect)
+    # the topic term: each topic's cosine on its own ID scale, the largest on one more
+    scaled = ((E @ deny.anchors.T) - deny.topic_centers) / deny.topic_spreads
+    term = (scaled.max(axis=1) - deny.term_center) / deny.term_spread
+    assert np.allclose(deny.topic_scores(E), term, atol=1e-5)
     named = model.denied_topic(E)
     assert named[:5] == ["harm"] * 5 and named[5:] == [None] * 5
 
@@ -119,8 +123,8 @@ def test_a_malformed_screen_is_refused_as_an_incompatible_artifact() -> None:
     world = _world()
     model = _fit(world, DenyTopics(("harm",), world["topic"]))
     section, arrays = model_state(model)
-    broken = {**section, "deny": {**section["deny"], "topic_spread": "wide"}}
-    with pytest.raises(InvalidModelState, match="topic_spread"):
+    broken = {**section, "deny": {**section["deny"], "term_spread": "wide"}}
+    with pytest.raises(InvalidModelState, match="term_spread"):
         model_from_state(broken, arrays, kb="kb", encoder=model.encoder)
     no_anchors = {k: v for k, v in arrays.items() if k != "deny.anchors"}
     with pytest.raises(InvalidModelState):
@@ -140,7 +144,9 @@ def test_topics_of_another_width_or_count_are_refused() -> None:
     with pytest.raises(DataError, match="NaN"):
         DenyTopics(("a",), np.full((1, DIM), np.nan, np.float32))
     with pytest.raises(DataError, match="positive"):
-        DenyScreen(("a",), world["topic"], 0.0, 0.0, 0.0, 1.0)
+        DenyScreen(("a",), world["topic"], 0.0, 0.0, np.zeros(1), np.ones(1), 0.0, 1.0)
+    with pytest.raises(DataError, match="topic scales"):
+        DenyScreen(("a",), world["topic"], 0.0, 1.0, np.zeros(2), np.ones(2), 0.0, 1.0)
 
 
 def test_topic_files_are_read_one_topic_per_line(tmp_path: Path) -> None:

@@ -6,8 +6,9 @@ A RAG service embeds every query to retrieve with it; when it sends that vector 
 instead of encoding the text again. The vector is used only when
 
 - an encoder is named (``"encoder"``, else the record's ``sidecar-encoder`` header) and it
-  is the encoder of the model that scores the query: the model's recorded name, or an
-  alias of the same packaged encoder (``sentence-transformers/all-MiniLM-L6-v2``);
+  is the encoder of the model that scores the query: the model's recorded name, an alias
+  of the same packaged encoder (``sentence-transformers/all-MiniLM-L6-v2``), or a hub id
+  ending in that name (:func:`same_encoder`);
 - it decodes: a base64 string of little-endian float32 (a whole number of 4-byte floats)
   or a JSON array of numbers (no strings, booleans or nulls), not empty, not all zeros;
 - every component is finite (no NaN or infinity, none past float32's range);
@@ -147,9 +148,15 @@ def _header_text(value: Any) -> str | None:
 
 @functools.lru_cache(maxsize=256)
 def same_encoder(client: str, model: str) -> bool:
-    """Whether encoder name ``client`` names the encoder a model recorded as ``model``:
-    the same name, or two spellings of one packaged encoder."""
-    if client == model:
+    """Whether encoder name ``client`` names the encoder a model recorded as ``model``.
+
+    The same name; two spellings of one packaged encoder (``default``,
+    ``sentence-transformers/all-MiniLM-L6-v2``); or a hub id whose last part is the name
+    (``BAAI/bge-small-en-v1.5`` for ``bge-small-en-v1.5``: a model records an encoder by
+    the last part of its ``scoring.encoder``, see ``sidecar.encoders.encoder_label``).
+    A name is a claim, not a proof: ``sidecar check-encoder`` proves the weights.
+    """
+    if client == model or client.rsplit("/", 1)[-1] == model:
         return True
     if len(client) > MAX_QUOTED_CHARS * 4:
         return False

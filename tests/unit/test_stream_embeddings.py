@@ -155,9 +155,15 @@ def test_spellings_of_one_packaged_encoder_match() -> None:
     model = {"name": "all-MiniLM-L6-v2", "dim": 4}
     for name in ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2", "default"):
         assert isinstance(e.client_embedding(query([1.0, 0, 0, 0], name), model), np.ndarray)
-    for name in ("all-minilm-l6-v2", "all-MiniLM-L12-v2", "use-multilingual-v3"):
+    for name in ("all-minilm-l6-v2", "all-MiniLM-L12-v2", "use-multilingual-v3", "all-MiniLM"):
         got = e.client_embedding(query([1.0, 0, 0, 0], name), model)
         assert isinstance(got, e.EmbeddingProblem) and got.reason == r.ENCODER_MISMATCH
+    # a model of a hub encoder records the id's last part (what scoring.encoder gave it)
+    bge = {"name": "bge-small-en-v1.5", "dim": 4}
+    for name in ("bge-small-en-v1.5", "BAAI/bge-small-en-v1.5"):
+        assert isinstance(e.client_embedding(query([1.0, 0, 0, 0], name), bge), np.ndarray)
+    got = e.client_embedding(query([1.0, 0, 0, 0], "bge-small-en-v1.5/other"), bge)
+    assert isinstance(got, e.EmbeddingProblem) and got.reason == r.ENCODER_MISMATCH
 
 
 def test_a_vector_of_another_width_is_embedding_dimension() -> None:

@@ -22,7 +22,8 @@ import numpy as np
 
 from sidecar.errors import EncoderMismatch, StreamHalted
 from sidecar.settings import Settings
-from sidecar.stream._batch import BatchScorer, language_detector
+from sidecar.stream._batch import BatchScorer
+from sidecar.stream._encoder_thread import language_detector
 from sidecar.stream._metrics import StreamMetrics
 from sidecar.stream._publish import Publisher
 from sidecar.stream._records import InputPolicy, Raw

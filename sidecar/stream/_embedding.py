@@ -33,6 +33,7 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -192,16 +193,19 @@ def decode_embedding(value: Any) -> np.ndarray | EmbeddingProblem:
         )
     if isinstance(vector, EmbeddingProblem):
         return vector
-    bad = ~np.isfinite(vector)
-    if bad.any():
-        i = int(np.argmax(bad))
+    # One pass finds both: a NaN or infinity makes the squared norm NaN or inf, and finite
+    # float32 components cannot overflow it in float64.
+    wide = vector.astype(np.float64)
+    squared = float(wide @ wide)
+    if not math.isfinite(squared):
+        i = int(np.argmax(~np.isfinite(vector)))
         return EmbeddingProblem(
             EMBEDDING_NOT_FINITE, f"component {i} of the embedding is {float(vector[i])!r}"
         )
-    norm = float(np.linalg.norm(vector.astype(np.float64)))
-    if norm == 0.0:
+    if squared == 0.0:
         return EmbeddingProblem(EMBEDDING_MALFORMED, "the embedding is all zeros (no direction)")
-    return (vector / norm).astype(np.float32)
+    wide *= 1.0 / math.sqrt(squared)
+    return wide.astype(np.float32)
 
 
 def _from_base64(value: str) -> np.ndarray | EmbeddingProblem:

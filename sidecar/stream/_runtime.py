@@ -203,7 +203,7 @@ class Runtime:
                 partition=ev.message.partition,
                 offset=ev.message.offset,
                 timestamp_ms=(ev.message.timestamp * 1000.0) if ev.message.timestamp else None,
-                headers=_headers(ev.message.headers),
+                headers=_headers(getattr(ev.message, "headers", None)),
             )
             for ev in events
         ]

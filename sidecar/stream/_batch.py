@@ -178,7 +178,7 @@ class BatchScorer:
         for j, q in enumerate(queries):
             if q.embedding is not None:
                 loaded = snapshot[q.kb]
-                got = client_embedding(q, loaded.model.encoder)
+                got = _client_embedding(q, loaded)
                 if isinstance(got, EmbeddingProblem):
                     if self.embedding_fallback != "encode":
                         results[scored[j]] = DeadLetter(
@@ -366,6 +366,18 @@ def _parse(raw: Raw, policy: InputPolicy) -> Query | Rejected:
         log.warning("parsing %s[%s]@%s failed: %s", raw.topic, raw.partition, raw.offset, detail)
         log.debug("parser traceback", exc_info=True)
         return Rejected(raw=raw, reason=PARSE_FAILED, detail=detail)
+
+
+def _client_embedding(q: Query, loaded: Loaded) -> np.ndarray | EmbeddingProblem | None:
+    """:func:`client_embedding` for the model ``loaded``, anything it raises turned into
+    a problem of this query (``parse_failed``: a bug, as for the parser) rather than a
+    failure of the batch."""
+    try:
+        return client_embedding(q, loaded.model.encoder)
+    except Exception as exc:
+        detail = clip(f"embedding check raised {type(exc).__name__}: {exc}", 300)
+        log.warning("checking the embedding of %s failed: %s", q.id[:80], detail)
+        return EmbeddingProblem(PARSE_FAILED, detail)
 
 
 def _safe_scores(model: ScoringModel, rows: Sequence[Any]) -> list[float | str]:

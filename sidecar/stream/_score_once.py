@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from sidecar.settings import Settings
-from sidecar.stream._batch import BatchOutcome, BatchScorer, language_detector
+from sidecar.stream._batch import BatchOutcome, BatchScorer
+from sidecar.stream._encoder_thread import language_detector
 from sidecar.stream._records import InputPolicy, Raw
 
 if TYPE_CHECKING:  # the worker imports this package; scoring loads with the first model
@@ -53,6 +54,7 @@ def score_once(
         policy,
         fail_mode=sc.fail_mode,
         languages=language_detector(sc, encoder.name),
+        embedding_fallback=sc.embedding_fallback,
     )
     raws = [Raw(value=v, topic="cli", partition=0, offset=i) for i, v in enumerate(values)]
     try:

@@ -29,9 +29,12 @@ import numpy as np
 
 from sidecar.errors import DataError
 from sidecar.scoring._baselines import top_cosines
+from sidecar.scoring._linear import _pin
 
-# The ID quantile every scale is pinned to: the detector's, each topic's, the topic term's.
+# The ID quantiles the scales are pinned to: the detector's and each topic's, and the
+# topic term's (which sets how much of the false-reject budget the screen may take).
 PIN_QUANTILE = 0.99
+TERM_QUANTILE = 0.99
 
 
 def _unit(X: Any) -> np.ndarray:
@@ -39,16 +42,6 @@ def _unit(X: Any) -> np.ndarray:
     norms = np.linalg.norm(A, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
     return np.ascontiguousarray(A / norms)
-
-
-def _pin(v: np.ndarray, q: float) -> tuple[float, float]:
-    """(median, spread) of ID values ``v``: the spread runs from the median to the ``q``
-    quantile (the standard deviation where that is 0, else 1)."""
-    center = float(np.median(v))
-    spread = float(np.quantile(v, q)) - center
-    if not spread > 0:
-        spread = float(np.std(v)) or 1.0
-    return center, spread
 
 
 @dataclass(frozen=True)
@@ -154,7 +147,7 @@ class DenyScreen:
         spreads = np.array([w for _, w in pins])
         term = ((S - centers) / spreads).max(axis=1)
         d_c, d_s = _pin(s, PIN_QUANTILE)
-        t_c, t_s = _pin(term, PIN_QUANTILE)
+        t_c, t_s = _pin(term, TERM_QUANTILE)
         return cls(tuple(topics.texts), anchors, d_c, d_s, centers, spreads, t_c, t_s)
 
     def _scaled(self, E: np.ndarray) -> np.ndarray:

@@ -80,13 +80,13 @@ def test_median_report_takes_medians_the_worst_rss_and_keeps_every_run() -> None
 
 
 def test_the_ceiling_uses_the_backend_the_worker_resolved() -> None:
-    from sidecar.bench._e2e import _resolved_backend
+    from sidecar.bench._e2e_worker import resolved_backend
 
     ready = {"ready": True, "checks": {"encoder": {"ok": True, "backend": "onnx"}}}
-    assert _resolved_backend(ready, "auto") == "onnx"
-    assert _resolved_backend({"checks": {}}, "torch") == "torch"
+    assert resolved_backend(ready, "auto") == "onnx"
+    assert resolved_backend({"checks": {}}, "torch") == "torch"
     with pytest.raises(RuntimeError, match="encoder backend"):
-        _resolved_backend({"checks": {}}, "auto")
+        resolved_backend({"checks": {}}, "auto")
 
 
 def test_clinc_bench_texts_fall_back_to_validation_and_fail_readably(tmp_path: Any) -> None:
@@ -136,10 +136,10 @@ def test_the_sweep_option_gives_one_readable_line_for_a_bad_list(tmp_path: Any) 
 
 
 def test_a_packaged_runtime_is_the_backend_the_worker_reports() -> None:
-    from sidecar.bench._e2e import _resolved_backend
+    from sidecar.bench._e2e_worker import resolved_backend
 
     ready = {"checks": {"encoder": {"ok": True, "backend": "numpy"}}}
-    assert _resolved_backend(ready, "auto") == "numpy"
+    assert resolved_backend(ready, "auto") == "numpy"
 
 
 def test_an_encoder_comparison_refuses_bad_requests_before_starting_anything(

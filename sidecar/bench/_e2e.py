@@ -25,8 +25,16 @@ from typing import Any
 
 from sidecar.bench._e2e_config import E2EBenchConfig, bench_texts
 from sidecar.bench._e2e_encoder import encoder_only_qps
+from sidecar.bench._e2e_machine import (
+    CpuPlan,
+    allowed_cpus,
+    cpu_info,
+    cpu_plan,
+    load_average,
+    spawning_on,
+)
 from sidecar.bench._e2e_report import median_report, targets
-from sidecar.bench._e2e_worker import measure_worker
+from sidecar.bench._e2e_worker import LoadPath, PathRun, WorkerRun, measure_worker
 from sidecar.bench._report_file import write_report
 from sidecar.errors import DataError
 
@@ -67,6 +75,8 @@ SWEEP_FIELDS = (
     "encoder_threads",
     "load_average_1_5_15_start",
     "load_average_1_5_15_end",
+    "placement",
+    "cpu_saturation",
 )
 
 
@@ -99,6 +109,8 @@ def run_e2e_batch_sweep(
         "batch_timeout_ms": config.batch_timeout_ms,
         "encoder_dtype": config.encoder_dtype,
         "cpu_count": os.cpu_count(),
+        "machine": cpu_info(),
+        "pinned": config.pin,
         "batch_sizes": list(batch_sizes),
         "points": points,
     }
@@ -131,6 +143,8 @@ def run_e2e_encoder_comparison(
         "batch_max": config.batch_max,
         "batch_timeout_ms": config.batch_timeout_ms,
         "cpu_count": os.cpu_count(),
+        "machine": cpu_info(),
+        "pinned": config.pin,
         "encoders": list(encoders),
         "points": points,
     }
@@ -142,63 +156,109 @@ def _run_once(c: E2EBenchConfig, workdir: Path, echo: Callable[[str], None]) -> 
     """One run: the worker's phases, then the encoder alone; the run's report."""
     pool = bench_texts(c.source)
     texts = [pool[i % len(pool)] for i in range(c.queries)]
-    load_start = os.getloadavg()
+    plan = cpu_plan(c.pin)
     report: dict[str, Any] = {
         "source": c.source,
         "batch_max": c.batch_max,
         "batch_timeout_ms": c.batch_timeout_ms,
         "cpu_count": os.cpu_count(),
+        "machine": cpu_info(),
+        "load_average_1_5_15_start": load_average(),
     }
-    run = measure_worker(c, workdir, texts, pool, echo)
+    run = measure_worker(c, workdir, text_path(c, pool), echo, plan)
     echo("measuring the encoder alone in a fresh process ...")
-    threads, enc_qps, cpus, enc_all = _encoder_ceiling(c, texts, run.encoder, run.backend)
-    split, n, batches = run.split
-    half_split, n_half_seen, half_batches = run.half_split
-    sat, half = run.sat, run.half
-    report.update(
-        {
-            "encoder": run.encoder,
-            "queries": c.queries,
-            "throughput_qps": sat["throughput_qps"],
-            "latency_ms_p50": sat["latency_ms_p50"],
-            "latency_ms_p99": sat["latency_ms_p99"],
-            "encoder_threads": threads,
-            "encoder_dtype": c.encoder_dtype,
-            "encoder_backend": run.backend,
-            "encoder_backend_setting": c.encoder_backend,
-            "encoder_only_qps": enc_qps,
-            "ratio_to_encoder": round(sat["throughput_qps"] / enc_qps, 3) if enc_qps else None,
-            # The encoder alone on every CPU, nothing beside it: not the worker's setting,
-            # reported so the thread choice can be judged.
-            "encoder_only_qps_all_cpus": {"threads": cpus, "qps": enc_all},
-            "worker_peak_rss_mb": round(run.rss, 1) if run.rss is not None else None,
-            "time_split_ms_per_query": split,
-            "mean_batch_size_saturation": round(n / batches, 2) if batches else None,
-            "half_rate": {
-                "rate_qps": round(run.rate, 2),
-                **half,
-                "time_split_ms_per_query": half_split,
-                "mean_batch_size": round(n_half_seen / half_batches, 2) if half_batches else None,
-            },
-            "load_average_1_5_15_start": [round(x, 2) for x in load_start],
-            "load_average_1_5_15_end": [round(x, 2) for x in os.getloadavg()],
-        }
-    )
+    ceiling = encoder_ceiling(c, texts, run.encoder, run.backend, plan)
+    report.update(path_report(run.paths["text"]))
+    report.update(ceiling_report(c, run, ceiling))
+    report["placement"] = placement_report(run, plan)
+    report["load_average_1_5_15_end"] = load_average()
     report["targets"] = targets(
-        report["ratio_to_encoder"], half["latency_ms_p99"], report["worker_peak_rss_mb"]
+        report["ratio_to_encoder"],
+        report["half_rate"]["latency_ms_p99"],
+        report["worker_peak_rss_mb"],
     )
     return report
 
 
-def _encoder_ceiling(
-    c: E2EBenchConfig, texts: list[str], encoder: str, backend: str
+def text_path(c: E2EBenchConfig, pool: list[str]) -> Callable[[Any, Any], list[LoadPath]]:
+    """The text path: records holding the query text alone, as today's clients send."""
+    records = [{"text": t} for t in pool]
+    return lambda _encoder, _model: [LoadPath("text", records, c.queries)]
+
+
+def path_report(pr: PathRun) -> dict[str, Any]:
+    """One path's figures: saturation throughput and latency, the half-rate run, the time
+    split and CPU time per query of each process, the worker's peak RSS so far."""
+    split, n, batches = pr.split
+    half_split, n_half_seen, half_batches = pr.half_split
+    sat, half = pr.sat, pr.half
+    return {
+        "queries": sat["queries"],
+        "throughput_qps": sat["throughput_qps"],
+        "latency_ms_p50": sat["latency_ms_p50"],
+        "latency_ms_p99": sat["latency_ms_p99"],
+        "worker_peak_rss_mb": round(pr.rss, 1) if pr.rss is not None else None,
+        "time_split_ms_per_query": split,
+        "mean_batch_size_saturation": round(n / batches, 2) if batches else None,
+        "verdict_paths": sat.get("verdict_paths"),
+        "dead_lettered": sat.get("dead_lettered", 0) + half.get("dead_lettered", 0),
+        # CPU seconds of each process over the saturation run (first record sent to last
+        # answer read), per query and as cores kept busy.
+        "cpu_saturation": sat.get("cpu"),
+        "half_rate": {
+            "rate_qps": round(pr.rate, 2),
+            **{k: v for k, v in half.items() if k not in ("cpu", "verdict_paths")},
+            "time_split_ms_per_query": half_split,
+            "mean_batch_size": round(n_half_seen / half_batches, 2) if half_batches else None,
+            "cpu": half.get("cpu"),
+        },
+    }
+
+
+def ceiling_report(
+    c: E2EBenchConfig, run: WorkerRun, ceiling: tuple[int, float, int, float]
+) -> dict[str, Any]:
+    """The text path's encoder fields: backend, threads, the encoder-only ceiling and the
+    saturation throughput's ratio to it."""
+    threads, enc_qps, cpus, enc_all = ceiling
+    qps = run.paths["text"].sat["throughput_qps"]
+    return {
+        "encoder": run.encoder,
+        "encoder_threads": threads,
+        "encoder_dtype": c.encoder_dtype,
+        "encoder_backend": run.backend,
+        "encoder_backend_setting": c.encoder_backend,
+        "encoder_only_qps": enc_qps,
+        "ratio_to_encoder": round(qps / enc_qps, 3) if enc_qps else None,
+        # The encoder alone on every CPU, nothing beside it: not the worker's setting,
+        # reported so the thread choice can be judged.
+        "encoder_only_qps_all_cpus": {"threads": cpus, "qps": enc_all},
+    }
+
+
+def placement_report(run: WorkerRun, plan: CpuPlan) -> dict[str, Any]:
+    """Which CPUs each figure had: the plan, each process's allowed CPUs as read back
+    from the kernel, and the encoder-only runs' CPUs."""
+    everyone = allowed_cpus(os.getpid())
+    return {
+        **run.placement,
+        "encoder_only": list(plan.worker_cpus) if plan.worker_cpus else everyone,
+        "encoder_only_all_cpus": everyone,
+    }
+
+
+def encoder_ceiling(
+    c: E2EBenchConfig, texts: list[str], encoder: str, backend: str, plan: CpuPlan
 ) -> tuple[int, float, int, float]:
-    """The encoder alone in a fresh process: with the worker's threads, and with every
-    CPU (the same figure where they are equal); also both thread counts."""
+    """The encoder alone in a fresh process: with the worker's threads on the worker's
+    CPUs, and with every CPU (the same figure where they are equal); also both thread
+    counts."""
     from sidecar.encoders import available_cpus
     from sidecar.encoders import encoder_threads as resolve_threads
 
-    threads = resolve_threads(c.encoder_threads)
+    threads = c.encoder_threads or (
+        max(1, len(plan.worker_cpus) - 1) if plan.worker_cpus else resolve_threads(0)
+    )
 
     def ceiling(n_threads: int) -> float:
         return encoder_only_qps(
@@ -211,7 +271,8 @@ def _encoder_ceiling(
             repeats=2,
         )
 
-    enc_qps = ceiling(threads)
+    with spawning_on(plan.worker_cpus):
+        enc_qps = ceiling(threads)
     cpus = available_cpus()
-    enc_all = ceiling(cpus) if cpus != threads else enc_qps
+    enc_all = ceiling(cpus) if cpus != threads or plan.pinned else enc_qps
     return threads, enc_qps, cpus, enc_all

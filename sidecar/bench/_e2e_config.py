@@ -8,6 +8,11 @@ from pathlib import Path
 
 from sidecar.errors import DataError
 
+# The verdict field that names how the worker got the query's embedding (counted per value
+# in every phase), and its value for a vector the client sent.
+VERDICT_PATH_FIELD = "embedding_source"
+CLIENT_PATH = "client"
+
 
 def bench_texts(source: str, shared_data: Path | None = None) -> list[str]:
     """Realistic query texts: the demo queries, or CLINC-150 texts from ../shared/data.
@@ -47,6 +52,10 @@ class E2EBenchConfig:
     :func:`median_report`. ``workdir``: where the worker log and the store are kept
     (None: a fresh temporary folder). ``timeout_s``: per wait for the worker or a phase.
     ``encoder``: the worker's encoder (None: ``scoring.encoder`` of the settings).
+    ``pin``: the broker and this process (load generator, collector) on the lowest CPU,
+    the worker and the encoder-only child on the others. ``embedding_queries``: the
+    saturation run's queries on the embeddings path (``sidecar bench e2e
+    --with-embeddings``), which runs an order of magnitude faster than the text path.
     """
 
     json_out: Path
@@ -63,3 +72,5 @@ class E2EBenchConfig:
     timeout_s: float = 600.0
     # the worker's scoring.encoder (None: the settings' own)
     encoder: str | None = None
+    pin: bool = False
+    embedding_queries: int = 20000

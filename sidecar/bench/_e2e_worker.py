@@ -4,29 +4,68 @@ the demo model, one ``sidecar worker`` child, and the timed phases run against i
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sidecar.bench._e2e_config import E2EBenchConfig
-from sidecar.bench._e2e_phase import run_phase, time_split
+from sidecar.bench._e2e_config import VERDICT_PATH_FIELD, E2EBenchConfig
+from sidecar.bench._e2e_machine import (
+    CpuClock,
+    CpuPlan,
+    allowed_cpus,
+    pinned_process,
+    spawning_on,
+)
+from sidecar.bench._e2e_phase import PhaseTarget, run_phase, time_split
 from sidecar.bench._e2e_report import peak_rss_mb, scrape
 
 
 @dataclass(frozen=True)
-class WorkerRun:
-    """What one run measured on the worker: its encoder, both timed phases (and the
-    per-query time split between the ``/metrics`` scrapes around each), its peak RSS."""
+class LoadPath:
+    """One kind of query record the worker is timed on.
 
-    encoder: str
-    backend: str
+    ``name``: the report's key ("text", "embeddings"); ``pool``: distinct record bodies
+    (without ``id`` and ``ts``), cycled to ``queries`` in the saturation run and to the
+    half-rate run's count.
+    """
+
+    name: str
+    pool: list[dict[str, Any]]
+    queries: int
+
+    def records(self, n: int) -> list[dict[str, Any]]:
+        return [self.pool[i % len(self.pool)] for i in range(n)]
+
+
+# Builds the paths from the encoder this process loaded and the model it published (the
+# embeddings path precomputes its vectors with them, before any clock starts).
+PathMaker = Callable[[Any, Any], list[LoadPath]]
+
+
+@dataclass(frozen=True)
+class PathRun:
+    """What one path measured: both timed phases (and the per-query time split between
+    the ``/metrics`` scrapes around each), the worker's peak RSS once they were done."""
+
     sat: dict[str, Any]
     half: dict[str, Any]
     rate: float
     split: tuple[dict[str, float], float, float]
     half_split: tuple[dict[str, float], float, float]
     rss: float | None
+
+
+@dataclass(frozen=True)
+class WorkerRun:
+    """One worker's run: its encoder and backend, each path's figures (in the order run),
+    and where on the machine each process was allowed to run."""
+
+    encoder: str
+    backend: str
+    paths: dict[str, PathRun]
+    placement: dict[str, Any]
 
 
 def _worker_settings(c: E2EBenchConfig, broker: Any, workdir: Path) -> Any:
@@ -55,73 +94,110 @@ def _worker_settings(c: E2EBenchConfig, broker: Any, workdir: Path) -> Any:
 
 
 def measure_worker(
-    c: E2EBenchConfig, workdir: Path, texts: list[str], pool: list[str], echo: Callable[[str], None]
+    c: E2EBenchConfig,
+    workdir: Path,
+    make_paths: PathMaker,
+    echo: Callable[[str], None],
+    plan: CpuPlan | None = None,
 ) -> WorkerRun:
-    """Start the broker and a worker, publish the demo model, time both phases."""
+    """Start the broker and a worker (each on its part of the machine under ``plan``),
+    publish the demo model, then time every path ``make_paths`` gives, one after another,
+    against the same worker."""
     from sidecar.encoders import load_encoder
     from sidecar.local import EmbeddedBroker, WorkerProcess, publish, train_demo_model
     from sidecar.persistence import open_store
     from sidecar.stream import ensure_topics
 
-    with EmbeddedBroker() as broker:
+    plan = plan or CpuPlan()
+    broker = EmbeddedBroker()
+    with spawning_on(plan.load_cpus):
+        broker.start()
+    try:
         settings = _worker_settings(c, broker, workdir)
         asyncio.run(ensure_topics(settings))
         worker = WorkerProcess(settings, log_path=workdir / "worker.log")
-        worker.start()
+        with spawning_on(plan.worker_cpus):
+            worker.start()
         try:
-            echo("training the demo model (the worker loads its encoder meanwhile) ...")
-            model = train_demo_model(load_encoder(settings.scoring))
-            store = open_store(settings)
-            publish(store, model)
-            store.close()
-            ready = worker.wait_ready(c.timeout_s)
-            resolved = resolved_backend(ready, c.encoder_backend)
-            phases = _phases(c, broker.bootstrap, settings.kafka, worker, texts, pool)
-            rss = peak_rss_mb(worker.pid) if worker.pid else None
+            with pinned_process(plan.load_cpus):
+                echo("training the demo model (the worker loads its encoder meanwhile) ...")
+                encoder = load_encoder(settings.scoring)
+                model = train_demo_model(encoder)
+                store = open_store(settings)
+                publish(store, model)
+                store.close()
+                ready = worker.wait_ready(c.timeout_s)
+                resolved = resolved_backend(ready, c.encoder_backend)
+                paths = make_paths(encoder, model)
+                del encoder  # not needed while the clock runs
+                broker_pid = broker.proc.pid if broker.proc else None
+                placement = {
+                    "plan": plan.describe(),
+                    "allowed_cpus": {
+                        "worker": allowed_cpus(worker.pid),
+                        "broker": allowed_cpus(broker_pid),
+                        "load_generator": allowed_cpus(os.getpid()),
+                    },
+                }
+                clock = CpuClock(
+                    {"worker": worker.pid, "broker": broker_pid, "load_generator": os.getpid()}
+                )
+                runs = {
+                    p.name: _phases(c, broker.bootstrap, settings.kafka, worker, p, clock)
+                    for p in paths
+                }
         finally:
             worker.terminate()
-    return WorkerRun(settings.scoring.encoder, resolved, rss=rss, **phases)
+    finally:
+        broker.stop()
+    return WorkerRun(settings.scoring.encoder, resolved, runs, placement)
 
 
 def _phases(
-    c: E2EBenchConfig, bootstrap: str, k: Any, worker: Any, texts: list[str], pool: list[str]
-) -> dict[str, Any]:
+    c: E2EBenchConfig, bootstrap: str, k: Any, worker: Any, path: LoadPath, clock: CpuClock
+) -> PathRun:
     """Warm-up, saturation, then half the measured rate; the time split around each."""
     from tqdm import tqdm
 
+    target = PhaseTarget(
+        bootstrap,
+        k.queries_topic,
+        k.verdicts_topic,
+        c.timeout_s,
+        dlq_topic=k.dlq_topic,
+        path_field=VERDICT_PATH_FIELD,
+        clock=clock,
+    )
+    name = path.name
+
     def phase(
-        batch: list[str], prefix: str, rate: float | None, progress: Any = None
+        batch: list[dict[str, Any]], prefix: str, rate: float | None, progress: Any = None
     ) -> dict[str, Any]:
-        return asyncio.run(
-            run_phase(
-                bootstrap, k.queries_topic, k.verdicts_topic, batch, prefix, rate, c.timeout_s,
-                progress,
-            )
-        )  # fmt: skip
+        return asyncio.run(run_phase(target, batch, f"{name}-{prefix}", rate, progress))
 
     def metrics() -> dict[str, float]:
         return scrape(str(worker.get("/metrics")[1]))
 
     # A short untimed run first: the first batches pay one-off costs.
-    phase(texts[: 2 * c.batch_max], "warm", None)
+    phase(path.records(2 * c.batch_max), "warm", None)
     before = metrics()
-    with tqdm(total=c.queries, desc="saturation", unit="q") as bar:
-        sat = phase(texts, "sat", None, bar.update)
+    with tqdm(total=path.queries, desc=f"{name}: saturation", unit="q") as bar:
+        sat = phase(path.records(path.queries), "sat", None, bar.update)
     after = metrics()
     rate = sat["throughput_qps"] / 2.0
     n_half = min(c.half_rate_queries, max(50, int(rate * 30)))
-    half_texts = [pool[i % len(pool)] for i in range(n_half)]
-    with tqdm(total=n_half, desc=f"half rate {rate:.0f}/s", unit="q") as bar:
+    with tqdm(total=n_half, desc=f"{name}: half rate {rate:.0f}/s", unit="q") as bar:
         half_before = metrics()
-        half = phase(half_texts, "half", rate, bar.update)
+        half = phase(path.records(n_half), "half", rate, bar.update)
     half_after = metrics()
-    return {
-        "sat": sat,
-        "half": half,
-        "rate": rate,
-        "split": time_split(before, after),
-        "half_split": time_split(half_before, half_after),
-    }
+    return PathRun(
+        sat=sat,
+        half=half,
+        rate=rate,
+        split=time_split(before, after),
+        half_split=time_split(half_before, half_after),
+        rss=peak_rss_mb(worker.pid) if worker.pid else None,
+    )
 
 
 def resolved_backend(readyz: Any, setting: str) -> str:

@@ -160,3 +160,22 @@ def test_an_encoder_comparison_refuses_bad_requests_before_starting_anything(
         result = CliRunner().invoke(main, [*base, *extra])
         assert result.exit_code == 2 and "encoder" in result.output
     assert not out.exists() and not (tmp_path / "work").exists()
+
+
+def test_embeddings_and_pinning_refuse_what_they_cannot_combine(tmp_path: Any) -> None:
+    from click.testing import CliRunner
+
+    from sidecar.cli import main
+
+    out = tmp_path / "r.json"
+    base = ["bench", "e2e", "--json", str(out), "--workdir", str(tmp_path / "work")]
+    for extra, words in (
+        (["--with-embeddings", "--sweep-batch-max", "8"], "--with-embeddings"),
+        (["--with-embeddings", "--compare-encoders", "a,b"], "--with-embeddings"),
+        (["--compare-pinning", "--sweep-batch-max", "8"], "--compare-pinning"),
+        (["--compare-pinning", "--pin"], "leave out --pin"),
+        (["--with-embeddings", "--embedding-queries", "0"], "--embedding-queries"),
+    ):
+        result = CliRunner().invoke(main, [*base, *extra])
+        assert result.exit_code == 2 and words in result.output, result.output
+    assert not out.exists() and not (tmp_path / "work").exists()

@@ -1,0 +1,270 @@
+"""Which machine, and which part of it, an end-to-end figure had: the CPU model and the
+vector flags the encoder's speed turns on, the load average, each process's allowed CPUs
+and CPU time, and the pinning of the broker and load generator apart from the worker."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sidecar.errors import DataError
+
+# The flags the encoder's kernels (ONNX Runtime, torch's oneDNN) pick their code paths by.
+CPU_FLAGS = (
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "avx_vnni",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512_vnni",
+    "avx512_bf16",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+)
+
+
+def cpu_info(cpuinfo: str | None = None) -> dict[str, Any]:
+    """The machine as an e2e report records it.
+
+    ``cpuinfo`` is the text of ``/proc/cpuinfo`` (read when None). ``flags`` keeps those
+    of :data:`CPU_FLAGS` the first CPU has; ``cpus_allowed`` is this process's affinity,
+    ``cpu_count`` the machine's logical CPUs. Missing facts are None, never an error.
+    """
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        if not line.strip():
+            if fields:
+                break  # the first CPU's block is enough
+            continue
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    flags = set(fields.get("flags", "").split())
+    return {
+        "cpu_model": fields.get("model name") or None,
+        "cpu_mhz": _float(fields.get("cpu MHz")),
+        "flags": [f for f in CPU_FLAGS if f in flags],
+        "cpu_count": os.cpu_count(),
+        "cpus_allowed": allowed_cpus(os.getpid()),
+    }
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        return round(float(text), 1) if text else None
+    except ValueError:
+        return None
+
+
+def load_average() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages, rounded; None where the OS has none."""
+    if not hasattr(os, "getloadavg"):
+        return None
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+@dataclass(frozen=True)
+class CpuPlan:
+    """Where each process of the benchmark may run.
+
+    ``load_cpus``: the broker and this process (the load generator and collector);
+    ``worker_cpus``: the worker and the encoder-only child. Both None: not pinned, every
+    process shares every CPU this process was allowed.
+    """
+
+    load_cpus: tuple[int, ...] | None = None
+    worker_cpus: tuple[int, ...] | None = None
+
+    @property
+    def pinned(self) -> bool:
+        return self.load_cpus is not None
+
+    def describe(self) -> dict[str, Any]:
+        """The plan as the report's ``placement.plan``."""
+        if not self.pinned:
+            return {"pinned": False, "note": "broker, load generator and worker share every CPU"}
+        return {
+            "pinned": True,
+            "broker": list(self.load_cpus or ()),
+            "load_generator": list(self.load_cpus or ()),
+            "worker": list(self.worker_cpus or ()),
+            "encoder_only": list(self.worker_cpus or ()),
+        }
+
+
+def cpu_plan(pin: bool, allowed: set[int] | None = None) -> CpuPlan:
+    """Pinned: the lowest allowed CPU to the broker and the load generator, the rest to
+    the worker (on 2 CPUs, 1 + 1). Not pinned: :class:`CpuPlan` with no sets.
+
+    Raises
+    ------
+    DataError
+        Pinning asked for, but fewer than 2 CPUs are allowed (or affinity is not
+        supported here).
+    """
+    if not pin:
+        return CpuPlan()
+    if allowed is None:
+        if not hasattr(os, "sched_getaffinity"):
+            raise DataError("--pin needs CPU affinity (Linux sched_setaffinity)")
+        allowed = os.sched_getaffinity(0)
+    cpus = sorted(allowed)
+    if len(cpus) < 2:
+        raise DataError(f"--pin needs at least 2 CPUs to split, this process may use {cpus}")
+    return CpuPlan(load_cpus=(cpus[0],), worker_cpus=tuple(cpus[1:]))
+
+
+@contextlib.contextmanager
+def spawning_on(cpus: tuple[int, ...] | None) -> Iterator[None]:
+    """Inside, the calling thread runs on ``cpus``: a child process started here inherits
+    them (every thread it ever makes, unlike pinning its pid afterwards). None: no change."""
+    if cpus is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+@contextlib.contextmanager
+def pinned_process(cpus: tuple[int, ...] | None) -> Iterator[None]:
+    """Inside, every thread of this process (and any it starts) runs on ``cpus``; after,
+    each thread has its old CPUs back (new ones the main thread's). None: no change."""
+    if cpus is None:
+        yield
+        return
+    pid = os.getpid()
+    before: dict[int, set[int]] = {}
+    for tid in _threads(pid):
+        with contextlib.suppress(ProcessLookupError):  # a thread that just ended
+            before[tid] = os.sched_getaffinity(tid)
+    pin_threads(pid, cpus)
+    try:
+        yield
+    finally:
+        main = before.get(pid) or os.sched_getaffinity(0)
+        for tid in _threads(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.sched_setaffinity(tid, before.get(tid, main))
+
+
+def pin_threads(pid: int, cpus: set[int] | tuple[int, ...]) -> None:
+    """Every thread of process ``pid`` on ``cpus`` (threads it makes later inherit)."""
+    for tid in _threads(pid):
+        with contextlib.suppress(ProcessLookupError):  # a thread that just ended
+            os.sched_setaffinity(tid, cpus)
+
+
+def allowed_cpus(pid: int | None) -> list[int] | None:
+    """The CPUs any thread of ``pid`` may run on (the union over its threads)."""
+    if pid is None or not hasattr(os, "sched_getaffinity"):
+        return None
+    cpus: set[int] = set()
+    for tid in _threads(pid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            cpus |= os.sched_getaffinity(tid)
+    return sorted(cpus) or None
+
+
+def _threads(pid: int) -> list[int]:
+    try:
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return [pid]
+
+
+def cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU seconds of process ``pid`` so far (all its threads, not its
+    children), from ``/proc/<pid>/stat``; None when it cannot be read."""
+    if pid is None:
+        return None
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces: the fields after it follow the last ')'.
+    rest = stat.rsplit(")", 1)[1].split()
+    utime, stime = int(rest[11]), int(rest[12])  # fields 14 and 15 of proc(5)
+    return (utime + stime) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class CpuClock:
+    """CPU time of the benchmark's processes, sampled around a timed phase.
+
+    ``pids`` names each process (``worker``, ``broker``, ``load_generator``).
+    """
+
+    pids: Mapping[str, int | None]
+
+    def sample(self) -> dict[str, float | None]:
+        return {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+
+
+def cpu_usage(
+    before: Mapping[str, float | None],
+    after: Mapping[str, float | None],
+    elapsed_s: float,
+    queries: int,
+) -> dict[str, dict[str, float] | None]:
+    """Per process: CPU seconds in the phase, cores it kept busy (CPU seconds over the
+    phase's wall time) and CPU milliseconds per query."""
+    out: dict[str, dict[str, float] | None] = {}
+    for name, b in before.items():
+        a = after.get(name)
+        if a is None or b is None or elapsed_s <= 0 or queries <= 0:
+            out[name] = None
+            continue
+        cpu = a - b
+        out[name] = {
+            "cpu_s": round(cpu, 3),
+            "cores_busy": round(cpu / elapsed_s, 3),
+            "cpu_ms_per_query": round(1000.0 * cpu / queries, 4),
+        }
+    return out
+
+
+def limiting_side(usage: Mapping[str, Any], plan: CpuPlan, cpus: int) -> dict[str, Any]:
+    """Which side of the machine ran out of CPU first in a saturation phase.
+
+    Pinned: the broker and the load generator share ``plan.load_cpus``, the worker has
+    ``plan.worker_cpus``; each side's busy share of its own CPUs is compared. Not pinned:
+    every process shares the ``cpus`` CPUs; the share is of the whole machine and
+    ``side`` names the process with the most CPU per query.
+    """
+
+    def busy(name: str) -> float:
+        u = usage.get(name)
+        return float(u["cores_busy"]) if u else 0.0
+
+    load = busy("broker") + busy("load_generator")
+    worker = busy("worker")
+    if plan.pinned:
+        load_share = load / max(len(plan.load_cpus or ()), 1)
+        worker_share = worker / max(len(plan.worker_cpus or ()), 1)
+        return {
+            "load_side_busy_share": round(load_share, 3),
+            "worker_busy_share": round(worker_share, 3),
+            "side": "broker + load generator" if load_share >= worker_share else "worker",
+        }
+    total = load + worker
+    per_query = {name: float(u["cpu_ms_per_query"]) for name, u in usage.items() if u is not None}
+    return {
+        "machine_busy_share": round(total / max(cpus, 1), 3),
+        "side": max(per_query, key=lambda k: per_query[k]) if per_query else None,
+    }

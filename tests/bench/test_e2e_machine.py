@@ -1,0 +1,170 @@
+"""The e2e bench's machine facts and CPU placement: what the report says about the CPU,
+which CPUs each process may use, CPU time, and the embeddings path's record encoding."""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sidecar.bench._e2e_machine import (
+    CPU_FLAGS,
+    CpuPlan,
+    allowed_cpus,
+    cpu_info,
+    cpu_plan,
+    cpu_seconds,
+    cpu_usage,
+    limiting_side,
+    pinned_process,
+    spawning_on,
+)
+from sidecar.errors import DataError
+
+CPUINFO = """processor\t: 0
+vendor_id\t: GenuineIntel
+model name\t: Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz
+cpu MHz\t\t: 2699.998
+flags\t\t: fpu sse4_2 avx avx2 fma avx512f avx512bw avx512vl avx512_vnni amx_tile amx_bf16 xsave
+
+processor\t: 1
+model name\t: Some Other CPU
+flags\t\t: fpu
+"""
+
+two_cpus = pytest.mark.skipif(
+    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="needs 2 CPUs this process may use",
+)
+
+
+def test_cpu_info_reads_the_first_cpu_and_keeps_the_relevant_flags_in_order() -> None:
+    info = cpu_info(CPUINFO)
+    assert info["cpu_model"] == "Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz"
+    assert info["cpu_mhz"] == 2700.0
+    assert info["flags"] == [
+        "sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
+        "amx_tile", "amx_bf16",
+    ]  # fmt: skip
+    assert "fpu" not in info["flags"] and "xsave" not in info["flags"]
+    assert info["cpu_count"] == os.cpu_count()
+    assert info["cpus_allowed"] == sorted(os.sched_getaffinity(0))
+
+
+def test_cpu_info_of_an_unreadable_or_foreign_cpuinfo_is_empty_not_an_error() -> None:
+    info = cpu_info("")
+    assert info["cpu_model"] is None and info["cpu_mhz"] is None and info["flags"] == []
+    assert cpu_info("model name : X\ncpu MHz : n/a\n")["cpu_mhz"] is None
+
+
+def test_this_machine_s_flags_are_a_subset_of_the_known_ones() -> None:
+    info = cpu_info()
+    assert set(info["flags"]) <= set(CPU_FLAGS)
+    if Path("/proc/cpuinfo").exists():
+        assert info["cpu_model"]
+
+
+def test_the_plan_splits_the_lowest_cpu_from_the_rest() -> None:
+    assert cpu_plan(False) == CpuPlan() and not CpuPlan().pinned
+    assert cpu_plan(False).describe()["pinned"] is False
+    two = cpu_plan(True, {1, 0})
+    assert two.load_cpus == (0,) and two.worker_cpus == (1,) and two.pinned
+    assert two.describe() == {
+        "pinned": True,
+        "broker": [0],
+        "load_generator": [0],
+        "worker": [1],
+        "encoder_only": [1],
+    }
+    four = cpu_plan(True, {7, 3, 5, 4})
+    assert four.load_cpus == (3,) and four.worker_cpus == (4, 5, 7)
+    with pytest.raises(DataError, match="at least 2 CPUs"):
+        cpu_plan(True, {0})
+
+
+@two_cpus
+def test_a_child_started_on_cpus_has_them_and_the_caller_keeps_its_own() -> None:
+    mine = os.sched_getaffinity(0)
+    cpu = max(mine)
+    code = "import os; print(sorted(os.sched_getaffinity(0)))"
+    with spawning_on((cpu,)):
+        child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert child.stdout.strip() == str([cpu])
+    assert os.sched_getaffinity(0) == mine
+    with spawning_on(None):
+        child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert child.stdout.strip() == str(sorted(mine))
+
+
+@two_cpus
+def test_pinning_this_process_pins_every_thread_and_gives_them_back() -> None:
+    import threading
+
+    mine = sorted(os.sched_getaffinity(0))
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        with pinned_process((mine[0],)):
+            assert allowed_cpus(os.getpid()) == [mine[0]]
+            assert os.sched_getaffinity(t.native_id) == {mine[0]}  # type: ignore[arg-type]
+        assert allowed_cpus(os.getpid()) == mine
+        assert os.sched_getaffinity(t.native_id) == set(mine)  # type: ignore[arg-type]
+    finally:
+        stop.set()
+        t.join()
+
+
+def test_cpu_seconds_grow_with_work_and_a_gone_process_has_none() -> None:
+    before = cpu_seconds(os.getpid())
+    assert before is not None
+    x = 0
+    for i in range(3_000_000):
+        x += i
+    after = cpu_seconds(os.getpid())
+    assert after is not None and after > before
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    assert cpu_seconds(dead.pid) is None and cpu_seconds(None) is None
+
+
+def test_cpu_usage_is_per_query_and_per_wall_second() -> None:
+    u = cpu_usage({"worker": 1.0, "broker": 2.0, "gone": None}, {"worker": 3.0, "broker": 2.5},
+                  elapsed_s=4.0, queries=1000)  # fmt: skip
+    assert u["worker"] == {"cpu_s": 2.0, "cores_busy": 0.5, "cpu_ms_per_query": 2.0}
+    assert u["broker"] == {"cpu_s": 0.5, "cores_busy": 0.125, "cpu_ms_per_query": 0.5}
+    assert u["gone"] is None
+
+
+def test_the_limit_is_the_side_that_ran_out_of_cpu() -> None:
+    def use(worker: float, broker: float, gen: float) -> dict[str, dict[str, float]]:
+        return {
+            n: {"cores_busy": b, "cpu_ms_per_query": b} for n, b in
+            (("worker", worker), ("broker", broker), ("load_generator", gen))
+        }  # fmt: skip
+
+    pinned = cpu_plan(True, {0, 1})
+    side = limiting_side(use(0.4, 0.6, 0.38), pinned, 2)
+    assert side == {
+        "load_side_busy_share": 0.98,
+        "worker_busy_share": 0.4,
+        "side": "broker + load generator",
+    }
+    assert limiting_side(use(0.99, 0.2, 0.1), pinned, 2)["side"] == "worker"
+    shared = limiting_side(use(0.9, 0.5, 0.4), CpuPlan(), 2)
+    assert shared == {"machine_busy_share": 0.9, "side": "worker"}
+
+
+def test_the_embedding_travels_as_base64_of_little_endian_float32() -> None:
+    from sidecar.bench._e2e_embeddings import embedding_b64
+
+    v = np.array([1.0, -0.5, 3.25e-8, 0.0], dtype=np.float64)
+    raw = base64.b64decode(embedding_b64(v))
+    assert len(raw) == 16
+    assert np.array_equal(np.frombuffer(raw, dtype="<f4"), v.astype(np.float32))
+    assert raw[:4] == b"\x00\x00\x80\x3f"  # 1.0f, little-endian

@@ -13,6 +13,7 @@ from sidecar.cli import (  # noqa: F401  (imported for registration)
     _bench_train_sources,
     _calibrate,
     _check,
+    _check_encoder,
     _demo,
     _eval,
     _explain,

@@ -178,6 +178,13 @@ class ScoringSettings(_Section):
         description="verdict when no model is loaded, or the embedding server gives no "
         "vectors in time: closed = OOD, open = ID",
     )
+    embedding_fallback: Literal["dead_letter", "encode"] = Field(
+        "dead_letter",
+        description="a query whose own embedding cannot be used (malformed, not finite, "
+        "another width, or no or another encoder than the model's): dead_letter (with that "
+        "reason code) or encode (its text is embedded here; the verdict says "
+        "embedding_fallback)",
+    )
     detect_language: bool = Field(
         True,
         description="tell each query's language (py3langid, offline), write it into the "

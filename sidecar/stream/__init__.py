@@ -3,7 +3,9 @@
 ``create_app(settings)`` builds the worker's faust app (no module-level app or model);
 ``BatchScorer`` and ``Publisher`` are the scoring path and its output (``score_once``
 runs that path once, without Kafka); the record shapes and dead-letter reason codes live
-in :mod:`sidecar.stream._records`. The explanation agent
+in :mod:`sidecar.stream._records`. A query may carry its own embedding
+(:mod:`sidecar.stream._embedding`); :func:`probe_sheet` and :func:`check_probe_embeddings`
+let a client prove that its encoder is the model's before it sends any. The explanation agent
 (:func:`register_explain_agent`) wraps the rule miners of :mod:`sidecar.explain` in the
 same app.
 """
@@ -12,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from sidecar.stream._app import create_app
 from sidecar.stream._batch import STAGES, BatchOutcome, BatchScorer, EncoderThread
+from sidecar.stream._embedding import ENCODER_HEADER
+from sidecar.stream._encoder_proof import ProbeCheck, check_probe_embeddings, probe_sheet
 from sidecar.stream._metrics import StreamMetrics
 from sidecar.stream._publish import Publisher, TopicNames
 from sidecar.stream._records import (
@@ -30,6 +34,7 @@ from sidecar.stream._score_once import score_once
 from sidecar.stream._topics import bootstrap_servers, ensure_topics, reach_brokers, sidecar_topics
 
 __all__ = [
+    "ENCODER_HEADER",
     "NO_MODEL",
     "REASONS",
     "STAGES",
@@ -38,6 +43,7 @@ __all__ = [
     "DeadLetter",
     "EncoderThread",
     "InputPolicy",
+    "ProbeCheck",
     "Publisher",
     "Query",
     "Raw",
@@ -47,9 +53,11 @@ __all__ = [
     "TopicNames",
     "Verdict",
     "bootstrap_servers",
+    "check_probe_embeddings",
     "create_app",
     "ensure_topics",
     "parse_query",
+    "probe_sheet",
     "reach_brokers",
     "register_explain_agent",
     "score_once",

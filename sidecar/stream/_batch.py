@@ -1,5 +1,9 @@
 """Score one micro-batch: decode, embed, detect, and decide for every record.
 
+A query that brings its own embedding (:mod:`sidecar.stream._embedding`) skips the
+encoder; a batch may mix both kinds, and only the texts without a usable vector are
+encoded, in one call, with every record's decision kept in input order.
+
 The contract that keeps the stream at-least-once: :meth:`BatchScorer.score` never raises
 for a bad record. Every input record comes out as exactly one :class:`Verdict` or one
 :class:`DeadLetter`; a failure of the encoder or of a detector on the whole batch is
@@ -23,6 +27,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from sidecar.errors import EncoderUnavailable
+from sidecar.stream._embedding import EmbeddingProblem, client_embedding
 from sidecar.stream._records import (
     NO_MODEL,
     PARSE_FAILED,
@@ -43,6 +48,13 @@ log = logging.getLogger(__name__)
 STAGES = ("decode", "encode", "detect", "produce")
 # Verdict reason when fail_mode decided because the embedding server gave no vectors in time.
 ENCODER_UNAVAILABLE = "encoder_unavailable"
+# The verdict field that says whose embedding was scored, and its two values: the query
+# record's own, or its text embedded by the worker's encoder.
+EMBEDDING_SOURCE = "embedding_source"
+CLIENT, SIDECAR = "client", "sidecar"
+EMBEDDING_SOURCES = (CLIENT, SIDECAR)
+# The verdict field naming the reason a client embedding was replaced by the worker's.
+EMBEDDING_FALLBACK = "embedding_fallback"
 
 
 class ScoringModel(Protocol):
@@ -53,6 +65,11 @@ class ScoringModel(Protocol):
 
     @property
     def detector_name(self) -> str: ...
+
+    @property
+    def encoder(self) -> Mapping[str, Any]:
+        """The encoder the model was built with, ``{"name": str, "dim": int}``."""
+        ...
 
     def score(self, E: np.ndarray) -> np.ndarray:
         """OOD scores, ndarray of shape (n,), for embeddings of shape (n, dim); higher = OOD."""
@@ -147,6 +164,10 @@ class BatchScorer:
     languages : LanguageTeller, optional
         Tells each query's language: the verdict carries it, and a model with a threshold
         for that language applies it. None: no language.
+    embedding_fallback : {"dead_letter", "encode"}
+        What becomes of a query whose own embedding cannot be used (see
+        :mod:`sidecar.stream._embedding`): a dead letter with the problem's reason code,
+        or its text embedded by ``encoder`` (the verdict then says ``embedding_fallback``).
     """
 
     def __init__(
@@ -158,8 +179,10 @@ class BatchScorer:
         fail_mode: Literal["closed", "open"] = "closed",
         encode_batch_size: int = 64,
         languages: LanguageTeller | None = None,
+        embedding_fallback: Literal["dead_letter", "encode"] = "dead_letter",
     ) -> None:
         self.encoder = encoder
+        self.embedding_fallback = embedding_fallback
         self.languages = languages
         self.encoder_thread = EncoderThread(encoder)
         self.holder = holder
@@ -183,19 +206,40 @@ class BatchScorer:
                 results[i] = self._fail_mode_verdict(p)
             else:
                 scored.append(i)
+        queries = [_as_query(parsed[i]) for i in scored]
+        # Client embeddings, checked against the model of this snapshot that scores each.
+        rows: list[np.ndarray | None] = [None] * len(queries)
+        fallbacks: dict[int, str] = {}
+        live: list[int] = []
+        for j, q in enumerate(queries):
+            if q.embedding is not None:
+                loaded = snapshot[q.kb]
+                got = client_embedding(q, loaded.model.encoder)
+                if isinstance(got, EmbeddingProblem):
+                    if self.embedding_fallback != "encode":
+                        results[scored[j]] = DeadLetter(
+                            q.raw, got.reason, got.detail, loaded.version
+                        )
+                        continue
+                    fallbacks[j] = got.reason
+                else:
+                    rows[j] = got
+            live.append(j)
         t1 = time.perf_counter()
         out.timings["decode"] = t1 - t0
 
-        if scored:
-            queries = [_as_query(parsed[i]) for i in scored]
+        if live:
+            # Only the queries without a usable vector of their own meet the encoder.
+            to_encode = [j for j in live if rows[j] is None]
+            failed: dict[int, str] = {}
             try:
-                embeddings, failed = await self._encode(queries)
+                failed = await self._encode_into(rows, queries, to_encode)
             except EncoderUnavailable as exc:
-                log.warning("%s queries answered by fail_mode: %s", len(queries), exc)
-                for j, q in enumerate(queries):
-                    results[scored[j]] = self._fail_mode_verdict(q, ENCODER_UNAVAILABLE)
-                embeddings, failed, queries = None, {}, []
-            langs = await self._languages(queries) if queries else None
+                log.warning("%s queries answered by fail_mode: %s", len(to_encode), exc)
+                for j in to_encode:
+                    results[scored[j]] = self._fail_mode_verdict(queries[j], ENCODER_UNAVAILABLE)
+                live = [j for j in live if rows[j] is not None]
+            langs = await self._languages([queries[j] for j in live]) if live else None
             t2 = time.perf_counter()
             out.timings["encode"] = t2 - t1
             for j, err in failed.items():
@@ -203,9 +247,11 @@ class BatchScorer:
                 results[scored[j]] = DeadLetter(
                     q.raw, SCORING_FAILED, f"encoder: {err}", _version(snapshot.get(q.kb))
                 )
-            ok = [j for j in range(len(queries)) if j not in failed]
-            for j, decided in self._detect(queries, embeddings, ok, snapshot, langs).items():
-                results[scored[j]] = decided
+            ok = [j for j in live if j not in failed]
+            lang_of = dict(zip(live, langs, strict=True)) if langs is not None else None
+            decided = self._detect(queries, rows, ok, snapshot, lang_of, to_encode, fallbacks)
+            for j, verdict in decided.items():
+                results[scored[j]] = verdict
             out.timings["detect"] = time.perf_counter() - t2
 
         for res in results:
@@ -220,6 +266,25 @@ class BatchScorer:
     def _fail_mode_verdict(self, q: Query, reason: str = NO_MODEL) -> Verdict:
         verdict: Literal["ID", "OOD"] = "OOD" if self.fail_mode == "closed" else "ID"
         return Verdict(q, verdict, None, None, None, None, reason=reason)
+
+    async def _encode_into(
+        self, rows: list[np.ndarray | None], queries: list[Query], which: list[int]
+    ) -> dict[int, str]:
+        """Embed the texts of ``queries[j]`` for ``j`` in ``which`` into ``rows[j]``.
+
+        Returns ``{j: error}`` for the texts the encoder failed on (retried one by one);
+        raises ``EncoderUnavailable`` when an embedding server gave no vectors in time.
+        """
+        if not which:
+            return {}
+        E, failed = await self._encode([queries[j] for j in which])
+        out: dict[int, str] = {}
+        for k, j in enumerate(which):
+            if k in failed:
+                out[j] = failed[k]
+            elif E is not None:
+                rows[j] = E[k]
+        return out
 
     async def _encode(self, queries: list[Query]) -> tuple[np.ndarray | None, dict[int, str]]:
         """Embed all texts; on failure retry one by one. Returns (E, {index: error})."""
@@ -269,28 +334,41 @@ class BatchScorer:
     def _detect(
         self,
         queries: list[Query],
-        E: np.ndarray | None,
+        rows: list[np.ndarray | None],
         ok: list[int],
         snapshot: Mapping[str, Loaded],
-        langs: list[str] | None = None,
+        langs: Mapping[int, str] | None = None,
+        encoded: Sequence[int] = (),
+        fallbacks: Mapping[int, str] | None = None,
     ) -> dict[int, Verdict | DeadLetter]:
-        """Score the encoded queries per KB with that KB's model of this snapshot."""
+        """Score the embedded queries ``ok`` per KB with that KB's model of this snapshot.
+
+        ``rows[j]`` is query ``j``'s embedding; ``encoded`` the queries the worker's
+        encoder embedded (the others brought their own); ``fallbacks`` the reason codes of
+        client embeddings replaced by the worker's.
+        """
         decided: dict[int, Verdict | DeadLetter] = {}
-        if E is None:
-            return decided
         by_kb: dict[str, list[int]] = {}
         for j in ok:
-            by_kb.setdefault(queries[j].kb, []).append(j)
+            if rows[j] is not None:
+                by_kb.setdefault(queries[j].kb, []).append(j)
+        ours = frozenset(encoded)
         for kb, idx in by_kb.items():
             loaded = snapshot[kb]
-            scores = _safe_scores(loaded.model, E, idx)
+            scores = _safe_scores(loaded.model, [rows[j] for j in idx])
             for j, s in zip(idx, scores, strict=True):
                 q = queries[j]
                 if isinstance(s, str) or np.isnan(s):
                     detail = s if isinstance(s, str) else "detector returned NaN"
                     decided[j] = DeadLetter(q.raw, SCORING_FAILED, detail, loaded.version)
                     continue
-                lang = langs[j] if langs is not None else None
+                extra: dict[str, Any] = {}
+                lang = None
+                if langs is not None:
+                    lang = extra["language"] = langs[j]
+                extra[EMBEDDING_SOURCE] = SIDECAR if j in ours else CLIENT
+                if fallbacks and j in fallbacks:
+                    extra[EMBEDDING_FALLBACK] = fallbacks[j]
                 threshold = _threshold(loaded.model, lang)
                 decided[j] = Verdict(
                     q,
@@ -299,7 +377,7 @@ class BatchScorer:
                     threshold,
                     loaded.model.detector_name,
                     loaded.version,
-                    extra={} if langs is None else {"language": lang},
+                    extra=extra,
                 )
         return decided
 
@@ -326,19 +404,20 @@ def _parse(raw: Raw, policy: InputPolicy) -> Query | Rejected:
         return Rejected(raw=raw, reason=PARSE_FAILED, detail=detail)
 
 
-def _safe_scores(model: ScoringModel, E: np.ndarray, idx: list[int]) -> list[float | str]:
-    """Scores for rows ``idx`` of ``E``; a failing batch is retried row by row (errors as str)."""
+def _safe_scores(model: ScoringModel, rows: Sequence[Any]) -> list[float | str]:
+    """Scores for embeddings ``rows`` (each of shape (dim,)); a failing batch is retried
+    row by row (errors as str)."""
     try:
-        s = np.asarray(model.score(E[idx]), dtype=np.float64).reshape(-1)
-        if s.shape[0] != len(idx):
-            raise ValueError(f"detector returned {s.shape[0]} scores for {len(idx)} rows")
+        s = np.asarray(model.score(np.stack(rows)), dtype=np.float64).reshape(-1)
+        if s.shape[0] != len(rows):
+            raise ValueError(f"detector returned {s.shape[0]} scores for {len(rows)} rows")
         return [float(x) for x in s]
     except Exception as exc:
-        log.warning("detector failed on a batch of %s (%s); retrying one by one", len(idx), exc)
+        log.warning("detector failed on a batch of %s (%s); retrying one by one", len(rows), exc)
     out: list[float | str] = []
-    for j in idx:
+    for row in rows:
         try:
-            one = np.asarray(model.score(E[j : j + 1]), dtype=np.float64).reshape(-1)
+            one = np.asarray(model.score(np.asarray(row)[None, :]), dtype=np.float64).reshape(-1)
             out.append(float(one[0]))
         except Exception as exc:
             out.append(f"detector: {type(exc).__name__}: {exc}")

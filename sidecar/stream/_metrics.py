@@ -11,7 +11,13 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from sidecar.stream._batch import STAGES, BatchOutcome
+from sidecar.stream._batch import (
+    EMBEDDING_FALLBACK,
+    EMBEDDING_SOURCE,
+    EMBEDDING_SOURCES,
+    STAGES,
+    BatchOutcome,
+)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -41,6 +47,22 @@ class StreamMetrics:
             registry=r,
         )
         self.dlq = Counter("sidecar_dlq", "Dead-lettered records", ["reason"], registry=r)
+        self.embedding_source = Counter(
+            "sidecar_scored_queries",
+            "Queries scored by a model, by whose embedding was scored: client (the query "
+            "record's own) or sidecar (its text embedded by the worker's encoder)",
+            ["source"],
+            registry=r,
+        )
+        for source in EMBEDDING_SOURCES:  # both series exist from the start, at 0
+            self.embedding_source.labels(source)
+        self.embedding_fallbacks = Counter(
+            "sidecar_embedding_fallbacks",
+            "Client embeddings refused and replaced by the worker's encoder "
+            "(scoring.embedding_fallback=encode), by the reason code of the refusal",
+            ["reason"],
+            registry=r,
+        )
         self.latency = Histogram(
             "sidecar_latency_seconds",
             "Query record timestamp to verdict handed to the producer",
@@ -115,6 +137,12 @@ class StreamMetrics:
             self.verdicts.labels(v.query.kb, v.verdict).inc()
             if v.reason is not None:
                 self.fail_mode.labels(v.query.kb).inc()
+            source = v.extra.get(EMBEDDING_SOURCE)
+            if source is not None:
+                self.embedding_source.labels(source).inc()
+                fallback = v.extra.get(EMBEDDING_FALLBACK)
+                if fallback is not None:
+                    self.embedding_fallbacks.labels(fallback).inc()
             start = v.query.raw.timestamp_ms
             if start is not None:
                 self.latency.observe(max(now_ms - start, 0.0) / 1000.0)

@@ -2,13 +2,29 @@
 
 Input (``kafka.queries_topic``), JSON::
 
-    {"id": str, "text": str, "kb": str?, "ts": epoch ms?, "meta": object?}
+    {"id": str, "text": str, "kb": str?, "ts": epoch ms?, "meta": object?,
+     "embedding": str | [number, ...]?, "encoder": str?}
+
+``embedding`` is the query's embedding by the client's own encoder: a base64 string of
+little-endian float32 (what OpenAI-style ``/v1/embeddings`` answers with
+``encoding_format=base64``) or a JSON array of numbers. ``encoder`` names that encoder, or
+the record's ``sidecar-encoder`` header does (the field wins). A query with a usable
+embedding is scored without being encoded here; see :mod:`sidecar.stream._embedding` for
+what makes one usable and ``scoring.embedding_fallback`` for what happens to one that is
+not. ``text`` is still required: a refused embedding falls back to it, and the language
+detector reads it.
 
 Verdict (``kafka.verdicts_topic``, keyed by ``id``, header ``model_version``)::
 
     {"id", "kb", "verdict": "ID"|"OOD", "score", "threshold", "detector",
      "model_version", "latency_ms", "ts"}
-    (+ "truncated": true, + "reason": "no_model" | "encoder_unavailable")
+    (+ "truncated": true, + "reason": "no_model" | "encoder_unavailable",
+     + "embedding_source": "client" | "sidecar", + "embedding_fallback": reason code)
+
+A scored verdict says whose embedding it scored: ``client`` (the record's own) or
+``sidecar`` (its text, embedded by the worker's encoder). ``embedding_fallback`` names
+the reason code of a client embedding that was refused and replaced by the worker's
+(``scoring.embedding_fallback=encode``).
 
 Dead letter (``kafka.dlq_topic``)::
 
@@ -48,6 +64,17 @@ UNKNOWN_KB = "unknown_kb"  # a KB this sidecar does not serve
 TOO_LONG = "too_long"  # text over scoring.max_text_chars with overlong = "reject"
 SCORING_FAILED = "scoring_failed"  # the encoder or the detector raised on this query
 PARSE_FAILED = "parse_failed"  # the parser itself raised on this record (a bug, not bad input)
+# "embedding" is neither a base64 string of little-endian float32 nor a JSON array of
+# numbers (not base64, a byte length that is not a multiple of 4, a non-number, empty,
+# or all zeros)
+EMBEDDING_MALFORMED = "embedding_malformed"
+EMBEDDING_NOT_FINITE = "embedding_not_finite"  # "embedding" holds a NaN or an infinity
+# "embedding" has another length than the width of the model that scores the query
+EMBEDDING_DIMENSION = "embedding_dimension"
+# an "embedding" without the name of its encoder ("encoder", or the sidecar-encoder header)
+ENCODER_MISSING = "encoder_missing"
+# the named encoder is not the one the model that scores the query was built with
+ENCODER_MISMATCH = "encoder_mismatch"
 
 REASONS = (
     UNDECODABLE,
@@ -62,6 +89,11 @@ REASONS = (
     TOO_LONG,
     SCORING_FAILED,
     PARSE_FAILED,
+    EMBEDDING_MALFORMED,
+    EMBEDDING_NOT_FINITE,
+    EMBEDDING_DIMENSION,
+    ENCODER_MISSING,
+    ENCODER_MISMATCH,
 )
 
 # The id is the verdict's Kafka key and is repeated in its value: a bound keeps every
@@ -95,11 +127,18 @@ class Raw:
     partition: int
     offset: int
     timestamp_ms: float | None = None  # the record's Kafka timestamp
+    # The record's headers as consumed (only the encoder's name is read from them).
+    headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
 @dataclass(frozen=True)
 class Query:
-    """A well-formed query, ready to be embedded."""
+    """A well-formed query, ready to be embedded.
+
+    ``embedding`` and ``encoder`` are the record's fields as read (None when absent): the
+    vector is decoded and checked when its batch is scored, against the model that scores
+    it (:func:`sidecar.stream._embedding.client_embedding`).
+    """
 
     raw: Raw
     id: str
@@ -108,6 +147,8 @@ class Query:
     ts: float | None = None
     meta: dict[str, Any] | None = None
     truncated: bool = False
+    embedding: Any = None
+    encoder: Any = None
 
 
 @dataclass(frozen=True)
@@ -193,7 +234,20 @@ def parse_query(raw: Raw, policy: InputPolicy) -> Query | Rejected:
                 TOO_LONG, f"text has {len(text)} chars, limit {policy.max_text_chars}", kb
             )
         text, truncated = text[: policy.max_text_chars], True
-    return Query(raw=raw, id=qid, text=text, kb=kb, ts=ts, meta=meta, truncated=truncated)
+    # Read as they are: what a client vector is worth depends on the model that scores it.
+    embedding = doc.get("embedding")
+    encoder = doc.get("encoder") if embedding is not None else None
+    return Query(
+        raw=raw,
+        id=qid,
+        text=text,
+        kb=kb,
+        ts=ts,
+        meta=meta,
+        truncated=truncated,
+        embedding=embedding,
+        encoder=encoder,
+    )
 
 
 def utf8_encodable(s: str) -> bool:

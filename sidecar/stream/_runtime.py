@@ -68,6 +68,7 @@ class Runtime:
             fail_mode=sc.fail_mode,
             encode_batch_size=sc.batch_max,
             languages=language_detector(sc, encoder.name),
+            embedding_fallback=sc.embedding_fallback,
         )
         self.publisher: Publisher | None = None  # bound to the app's producer in create_app
         self.models_loaded = asyncio.Event()
@@ -201,6 +202,7 @@ class Runtime:
                 partition=ev.message.partition,
                 offset=ev.message.offset,
                 timestamp_ms=(ev.message.timestamp * 1000.0) if ev.message.timestamp else None,
+                headers=_headers(ev.message.headers),
             )
             for ev in events
         ]
@@ -272,6 +274,14 @@ class Runtime:
         # Latency ends where each verdict's latency_ms does: at the hand-off to the
         # producer (the wait for the broker's acks is the produce stage).
         self.metrics.observe_batch(outcome, handed_ms)
+
+
+def _headers(headers: Any) -> tuple[tuple[str, Any], ...]:
+    """A consumed record's headers as (key, value) pairs (faust gives a list or a mapping)."""
+    if not headers:
+        return ()
+    items = headers.items() if hasattr(headers, "items") else headers
+    return tuple((str(k), v) for k, v in items)
 
 
 def _describe(exc: BaseException, raws: Sequence[Raw]) -> str:

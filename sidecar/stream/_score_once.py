@@ -53,6 +53,7 @@ def score_once(
         policy,
         fail_mode=sc.fail_mode,
         languages=language_detector(sc, encoder.name),
+        embedding_fallback=sc.embedding_fallback,
     )
     raws = [Raw(value=v, topic="cli", partition=0, offset=i) for i, v in enumerate(values)]
     try:

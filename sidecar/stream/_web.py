@@ -1,4 +1,6 @@
-"""The worker's HTTP views: ``/healthz``, ``/readyz``, ``/metrics``, ``/models``.
+"""The worker's HTTP views: ``/healthz``, ``/readyz``, ``/metrics``, ``/models``, and
+``/encoder/probes`` (GET: the active model's probe sentences; POST: check a client's
+embeddings of them, see :mod:`sidecar.stream._encoder_proof`).
 
 Served by faust's web server on ``web.port``; faust's own data pages (router, tables,
 graph, stats) are switched off in the app factory.
@@ -7,6 +9,7 @@ graph, stats) are switched off in the app factory.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -103,7 +106,7 @@ def lag(app: faust.App, rt: Runtime) -> dict[tuple[str, int], int]:
 
 
 def register_views(app: faust.App, rt: Runtime) -> None:
-    """Add the four views to ``app``'s web server."""
+    """Add the five views to ``app``'s web server."""
     started = time.time()
 
     @app.page("/healthz", name="sidecar-healthz")
@@ -133,6 +136,57 @@ def register_views(app: faust.App, rt: Runtime) -> None:
         )
         rt.metrics.refresh_readiness(await readiness(app, rt))
         return self.bytes(rt.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
+
+    _register_encoder_probes(app, rt)
+
+
+def _register_encoder_probes(app: faust.App, rt: Runtime) -> None:
+    """``/encoder/probes[?kb=KB]``: GET gives the probe sheet of the KB's model in service,
+    POST checks a client's embeddings of its sentences (200 with ``ok`` either way; 400
+    for a body that is not such embeddings)."""
+    import faust
+
+    from sidecar.errors import DataError
+    from sidecar.stream._encoder_proof import check_probe_embeddings, probe_sheet
+
+    def model_of(request: Any) -> tuple[Any, tuple[int, str] | None]:
+        kb = request.query.get("kb") or rt.settings.scoring.default_kb
+        if kb not in rt.settings.scoring.kbs:
+            return None, (404, f"KB {kb!r} is not served here")
+        loaded = rt.holder.snapshot().get(kb)
+        if loaded is None:
+            return None, (503, f"no model is in service for KB {kb!r} yet")
+        return loaded, None
+
+    class EncoderProbes(faust.web.View):
+        async def get(self, request: Any) -> Any:
+            loaded, error = model_of(request)
+            if error is not None:
+                return self.error(*error)
+            try:
+                return self.json(probe_sheet(loaded.model, loaded.version))
+            except DataError as exc:  # a model without probes
+                return self.error(409, str(exc))
+
+        async def post(self, request: Any) -> Any:
+            loaded, error = model_of(request)
+            if error is not None:
+                return self.error(*error)
+            try:
+                probe_sheet(loaded.model)
+            except DataError as exc:  # a model without probes: nothing to check against
+                return self.error(409, str(exc))
+            try:
+                doc = json.loads(await request.read())
+            except (ValueError, RecursionError) as exc:
+                return self.error(400, f"the body is not JSON: {str(exc)[:200]}")
+            try:
+                check = check_probe_embeddings(loaded.model, doc, loaded.version)
+            except DataError as exc:
+                return self.error(400, str(exc))
+            return self.json(check.to_dict())
+
+    app.page("/encoder/probes", name="sidecar-encoder-probes")(EncoderProbes)
 
 
 def _jsonable(x: Any) -> Any:

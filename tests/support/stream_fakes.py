@@ -36,6 +36,8 @@ class FakeEncoder:
 class FakeModel:
     threshold: float = 0.5
     detector_name: str = "fake"
+    # The encoder it was "built" with: FakeEncoder's, unless a test says otherwise.
+    encoder: dict[str, Any] = field(default_factory=lambda: {"name": "fake", "dim": 4})
 
     def score(self, E: np.ndarray) -> np.ndarray:
         s = E[:, 0].astype(np.float64)

@@ -56,9 +56,26 @@ def cpu_info(cpuinfo: str | None = None) -> dict[str, Any]:
         "cpu_model": fields.get("model name") or None,
         "cpu_mhz": _float(fields.get("cpu MHz")),
         "flags": [f for f in CPU_FLAGS if f in flags],
+        # A virtual machine's CPUs may be hyperthreads of one host core whatever it says.
+        "virtual_machine": "hypervisor" in flags,
+        "threads_per_core": threads_per_core(),
         "cpu_count": os.cpu_count(),
         "cpus_allowed": allowed_cpus(os.getpid()),
     }
+
+
+def threads_per_core(cpu: int = 0) -> int | None:
+    """How many logical CPUs share ``cpu``'s core, as the kernel's topology says."""
+    path = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    n = 0
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        n += int(hi) - int(lo) + 1 if hi else 1
+    return n or None
 
 
 def _float(text: str | None) -> float | None:
@@ -203,38 +220,63 @@ def cpu_seconds(pid: int | None) -> float | None:
     return (utime + stime) / os.sysconf("SC_CLK_TCK")
 
 
+def run_queue_wait_seconds(pid: int | None) -> float | None:
+    """Seconds the live threads of ``pid`` have spent runnable but waiting for a CPU
+    (``/proc/<pid>/task/*/schedstat``, its second field); None when not readable."""
+    if pid is None:
+        return None
+    total, seen = 0, False
+    for tid in _threads(pid):
+        try:
+            fields = Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()
+        except OSError:
+            continue
+        total, seen = total + int(fields[1]), True
+    return total / 1e9 if seen else None
+
+
 @dataclass(frozen=True)
 class CpuClock:
-    """CPU time of the benchmark's processes, sampled around a timed phase.
+    """CPU time and run-queue wait of the benchmark's processes, sampled around a phase.
 
     ``pids`` names each process (``worker``, ``broker``, ``load_generator``).
     """
 
     pids: Mapping[str, int | None]
 
-    def sample(self) -> dict[str, float | None]:
-        return {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+    def sample(self) -> dict[str, tuple[float, float | None] | None]:
+        out: dict[str, tuple[float, float | None] | None] = {}
+        for name, pid in self.pids.items():
+            cpu = cpu_seconds(pid)
+            out[name] = None if cpu is None else (cpu, run_queue_wait_seconds(pid))
+        return out
 
 
 def cpu_usage(
-    before: Mapping[str, float | None],
-    after: Mapping[str, float | None],
+    before: Mapping[str, tuple[float, float | None] | None],
+    after: Mapping[str, tuple[float, float | None] | None],
     elapsed_s: float,
     queries: int,
-) -> dict[str, dict[str, float] | None]:
+) -> dict[str, dict[str, float | None] | None]:
     """Per process: CPU seconds in the phase, cores it kept busy (CPU seconds over the
-    phase's wall time) and CPU milliseconds per query."""
-    out: dict[str, dict[str, float] | None] = {}
+    phase's wall time), CPU milliseconds per query, and the milliseconds per query its
+    threads waited, runnable, for a CPU (a thread that ended meanwhile drops out: None
+    where the sum went down)."""
+    out: dict[str, dict[str, float | None] | None] = {}
     for name, b in before.items():
         a = after.get(name)
         if a is None or b is None or elapsed_s <= 0 or queries <= 0:
             out[name] = None
             continue
-        cpu = a - b
+        cpu = a[0] - b[0]
+        wait = a[1] - b[1] if a[1] is not None and b[1] is not None else None
         out[name] = {
             "cpu_s": round(cpu, 3),
             "cores_busy": round(cpu / elapsed_s, 3),
             "cpu_ms_per_query": round(1000.0 * cpu / queries, 4),
+            "run_queue_wait_ms_per_query": (
+                round(1000.0 * wait / queries, 4) if wait is not None and wait >= 0 else None
+            ),
         }
     return out
 

@@ -76,7 +76,7 @@ async def run_phase(
     in_worker: list[float] = []  # the verdict's own latency_ms: record timestamp to produce
     paths: Counter[str] = Counter()
     dead: Counter[str] = Counter()
-    cpu_end: dict[str, float | None] = {}
+    cpu_end: dict[str, tuple[float, float | None] | None] = {}
     done = asyncio.Event()
 
     def answered(qid: Any, now: float) -> bool:

@@ -14,6 +14,7 @@ import pytest
 
 from sidecar.bench._e2e_machine import (
     CPU_FLAGS,
+    CpuClock,
     CpuPlan,
     allowed_cpus,
     cpu_info,
@@ -52,6 +53,8 @@ def test_cpu_info_reads_the_first_cpu_and_keeps_the_relevant_flags_in_order() ->
         "amx_tile", "amx_bf16",
     ]  # fmt: skip
     assert "fpu" not in info["flags"] and "xsave" not in info["flags"]
+    assert info["virtual_machine"] is False
+    assert cpu_info(CPUINFO.replace("xsave", "xsave hypervisor"))["virtual_machine"] is True
     assert info["cpu_count"] == os.cpu_count()
     assert info["cpus_allowed"] == sorted(os.sched_getaffinity(0))
 
@@ -131,14 +134,47 @@ def test_cpu_seconds_grow_with_work_and_a_gone_process_has_none() -> None:
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     assert cpu_seconds(dead.pid) is None and cpu_seconds(None) is None
+    sample = CpuClock({"me": os.getpid(), "dead": dead.pid}).sample()
+    assert sample["dead"] is None and sample["me"] is not None and sample["me"][0] >= after
 
 
 def test_cpu_usage_is_per_query_and_per_wall_second() -> None:
-    u = cpu_usage({"worker": 1.0, "broker": 2.0, "gone": None}, {"worker": 3.0, "broker": 2.5},
-                  elapsed_s=4.0, queries=1000)  # fmt: skip
-    assert u["worker"] == {"cpu_s": 2.0, "cores_busy": 0.5, "cpu_ms_per_query": 2.0}
-    assert u["broker"] == {"cpu_s": 0.5, "cores_busy": 0.125, "cpu_ms_per_query": 0.5}
+    u = cpu_usage(
+        {"worker": (1.0, 0.5), "broker": (2.0, 1.0), "gen": (0.0, None), "gone": None},
+        {"worker": (3.0, 1.5), "broker": (2.5, 0.9), "gen": (0.4, 0.1)},
+        elapsed_s=4.0,
+        queries=1000,
+    )
+    assert u["worker"] == {
+        "cpu_s": 2.0, "cores_busy": 0.5, "cpu_ms_per_query": 2.0, "run_queue_wait_ms_per_query": 1.0
+    }  # fmt: skip
+    assert u["broker"] == {  # a thread that ended took its wait with it: no figure
+        "cpu_s": 0.5, "cores_busy": 0.125, "cpu_ms_per_query": 0.5,
+        "run_queue_wait_ms_per_query": None,
+    }  # fmt: skip
+    assert u["gen"] is not None and u["gen"]["run_queue_wait_ms_per_query"] is None
     assert u["gone"] is None
+
+
+def test_two_busy_processes_on_one_cpu_wait_in_the_run_queue() -> None:
+    import time
+
+    from sidecar.bench._e2e_machine import run_queue_wait_seconds
+
+    if run_queue_wait_seconds(os.getpid()) is None:
+        pytest.skip("no schedstat here")
+    assert run_queue_wait_seconds(None) is None
+    spin = [sys.executable, "-c", "while True: pass"]
+    with spawning_on((min(os.sched_getaffinity(0)),)):
+        procs = [subprocess.Popen(spin) for _ in range(2)]
+    try:
+        time.sleep(1.0)
+        waits = [run_queue_wait_seconds(p.pid) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    assert all(w is not None and w > 0.05 for w in waits), waits
 
 
 def test_the_limit_is_the_side_that_ran_out_of_cpu() -> None:

@@ -27,7 +27,13 @@ from sidecar.bench._e2e import (
     placement_report,
 )
 from sidecar.bench._e2e_config import E2EBenchConfig, bench_texts
-from sidecar.bench._e2e_machine import cpu_info, cpu_plan, limiting_side, load_average
+from sidecar.bench._e2e_machine import (
+    PROCESSES,
+    cpu_info,
+    cpu_plan,
+    limiting_side,
+    load_average,
+)
 from sidecar.bench._e2e_report import median_report, targets
 from sidecar.bench._e2e_worker import LoadPath, PathMaker, measure_worker
 from sidecar.bench._report_file import write_report
@@ -128,9 +134,15 @@ def _run_once(c: E2EBenchConfig, workdir: Path, echo: Callable[[str], None]) -> 
         "where_the_time_goes": {
             name: {
                 "cpu_ms_per_query": {
-                    proc: (u["cpu_ms_per_query"] if u else None)
-                    for proc, u in (rep["cpu_saturation"] or {}).items()
+                    proc: _per_query(rep["cpu_saturation"], proc) for proc in PROCESSES
                 },
+                "run_queue_wait_ms_per_query": {
+                    proc: _per_query(rep["cpu_saturation"], proc, "run_queue_wait_ms_per_query")
+                    for proc in PROCESSES
+                },
+                "other_processes_cores_busy": _per_query(
+                    rep["cpu_saturation"], "other_processes", "cores_busy"
+                ),
                 "worker_stage_ms_per_query": rep["time_split_ms_per_query"],
                 "limit": limiting_side(rep["cpu_saturation"] or {}, plan, ncpu),
             }
@@ -147,6 +159,13 @@ def _run_once(c: E2EBenchConfig, workdir: Path, echo: Callable[[str], None]) -> 
         ),
         "load_average_1_5_15_end": load_average(),
     }
+
+
+def _per_query(
+    usage: dict[str, Any] | None, proc: str, key: str = "cpu_ms_per_query"
+) -> float | None:
+    u = (usage or {}).get(proc)
+    return u.get(key) if u else None
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:

@@ -249,7 +249,29 @@ class CpuClock:
         for name, pid in self.pids.items():
             cpu = cpu_seconds(pid)
             out[name] = None if cpu is None else (cpu, run_queue_wait_seconds(pid))
+        out[MACHINE] = machine_cpu_seconds()
         return out
+
+
+# The benchmark's own processes, as a CpuClock names them.
+PROCESSES = ("worker", "broker", "load_generator")
+# The whole machine's entry in a CpuClock sample: (busy CPU seconds, stolen seconds).
+MACHINE = "machine"
+
+
+def machine_cpu_seconds() -> tuple[float, float | None] | None:
+    """CPU seconds every process of the machine has been busy (user, nice, system, irq,
+    softirq) and the seconds the hypervisor gave this VM's CPUs to others (steal), from
+    ``/proc/stat``; None when not readable."""
+    try:
+        first = Path("/proc/stat").read_text().splitlines()[0].split()
+    except (OSError, IndexError):
+        return None
+    if first[0] != "cpu" or len(first) < 9:
+        return None
+    ticks = [int(x) for x in first[1:9]]
+    hz = os.sysconf("SC_CLK_TCK")
+    return (ticks[0] + ticks[1] + ticks[2] + ticks[5] + ticks[6]) / hz, ticks[7] / hz
 
 
 def cpu_usage(
@@ -268,6 +290,8 @@ def cpu_usage(
         if a is None or b is None or elapsed_s <= 0 or queries <= 0:
             out[name] = None
             continue
+        if name == MACHINE:
+            continue
         cpu = a[0] - b[0]
         wait = a[1] - b[1] if a[1] is not None and b[1] is not None else None
         out[name] = {
@@ -278,6 +302,16 @@ def cpu_usage(
                 round(1000.0 * wait / queries, 4) if wait is not None and wait >= 0 else None
             ),
         }
+    m0, m1 = before.get(MACHINE), after.get(MACHINE)
+    if m0 is not None and m1 is not None and elapsed_s > 0:
+        ours = sum(float(u["cpu_s"] or 0.0) for u in out.values() if u is not None)
+        steal = m1[1] - m0[1] if m1[1] is not None and m0[1] is not None else None
+        # Every other process of the machine: other jobs, and this process's own children.
+        out["other_processes"] = {
+            "cpu_s": round(max(m1[0] - m0[0] - ours, 0.0), 3),
+            "cores_busy": round(max(m1[0] - m0[0] - ours, 0.0) / elapsed_s, 3),
+        }
+        out["steal"] = {"cores": round(steal / elapsed_s, 3)} if steal is not None else None
     return out
 
 

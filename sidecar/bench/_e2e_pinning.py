@@ -25,6 +25,11 @@ COMPARED = (
     "half_rate.latency_ms_p50",
     "half_rate.latency_ms_p99",
     "half_rate.time_split_ms_per_query.encode",
+    "cpu_saturation.worker.cpu_ms_per_query",
+    "cpu_saturation.worker.run_queue_wait_ms_per_query",
+    "cpu_saturation.broker.cores_busy",
+    "cpu_saturation.load_generator.cores_busy",
+    "cpu_saturation.other_processes.cores_busy",
 )
 
 
@@ -54,12 +59,17 @@ def run_e2e_pinning_comparison(
     comparison = {
         key: {name: _get(_text(r), key) for name, r in reports.items()} for key in COMPARED
     }
+    comparison["load_average_1m_start"] = {
+        name: (r.get("load_average_1_5_15_start") or [None])[0] for name, r in reports.items()
+    }
     if with_embeddings:
         for key in ("speedup",):
             comparison[key] = {name: r.get(key) for name, r in reports.items()}
-        comparison["embeddings.throughput_qps"] = {
-            name: _get(r, "embeddings.throughput_qps") for name, r in reports.items()
-        }
+        for key in ("throughput_qps", "cpu_saturation.worker.cores_busy",
+                    "cpu_saturation.other_processes.cores_busy"):  # fmt: skip
+            comparison[f"embeddings.{key}"] = {
+                name: _get(r["embeddings"], key) for name, r in reports.items()
+            }
     report = {
         "bench": "e2e --compare-pinning" + (" --with-embeddings" if with_embeddings else ""),
         "machine": cpu_info(),

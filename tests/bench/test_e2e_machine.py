@@ -154,6 +154,24 @@ def test_cpu_usage_is_per_query_and_per_wall_second() -> None:
     }  # fmt: skip
     assert u["gen"] is not None and u["gen"]["run_queue_wait_ms_per_query"] is None
     assert u["gone"] is None
+    assert "other_processes" not in u  # no whole-machine sample, no figure for the others
+
+
+def test_the_other_processes_are_the_machine_less_the_benchmark() -> None:
+    from sidecar.bench._e2e_machine import MACHINE, machine_cpu_seconds
+
+    u = cpu_usage(
+        {"worker": (1.0, 0.0), "broker": (0.0, 0.0), MACHINE: (10.0, 1.0)},
+        {"worker": (3.0, 0.0), "broker": (1.0, 0.0), MACHINE: (17.0, 1.4)},
+        elapsed_s=4.0,
+        queries=100,
+    )
+    assert u["other_processes"] == {"cpu_s": 4.0, "cores_busy": 1.0}
+    assert u["steal"] == {"cores": 0.1}
+    assert MACHINE not in u
+    now = machine_cpu_seconds()
+    if Path("/proc/stat").exists():
+        assert now is not None and now[0] > 0.0
 
 
 def test_two_busy_processes_on_one_cpu_wait_in_the_run_queue() -> None:

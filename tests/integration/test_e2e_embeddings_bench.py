@@ -81,6 +81,48 @@ def test_both_paths_side_by_side_every_query_on_its_own_path(tmp_path: Path) -> 
         where = doc["where_the_time_goes"][name]
         assert where["limit"]["side"] in ("worker", "broker + load generator")
         assert set(where["cpu_ms_per_query"]) == {"worker", "broker", "load_generator"}
+        assert where["other_processes_cores_busy"] >= 0.0
     cost = doc["decode_cost_us"]
     assert cost["vector_decode"] > 0 and cost["parse_embedding_record"] > 0
     assert cost["record_bytes"]["embedding"] > cost["record_bytes"]["text"] + 2048
+
+
+@pytest.mark.skipif(
+    len(os.sched_getaffinity(0)) < 2, reason="pinning needs 2 CPUs this process may use"
+)
+def test_the_pinning_comparison_runs_shared_then_split_and_says_which_cpus_each_had(
+    tmp_path: Path,
+) -> None:
+    from sidecar.bench import run_e2e_pinning_comparison
+
+    out = tmp_path / "pinning.json"
+    config = E2EBenchConfig(
+        json_out=out,
+        queries=64,
+        half_rate_queries=50,
+        batch_max=16,
+        workdir=tmp_path / "work",
+        timeout_s=180.0,
+    )
+    report = run_e2e_pinning_comparison(config, echo=lambda _line: None)
+    doc = json.loads(out.read_text())
+    assert doc == json.loads(json.dumps(report))
+    cpus = sorted(os.sched_getaffinity(0))
+    shared, split = doc["unpinned"], doc["pinned"]
+    assert shared["placement"]["allowed_cpus"] == dict.fromkeys(
+        ("worker", "broker", "load_generator"), cpus
+    )
+    assert split["placement"]["allowed_cpus"] == {
+        "worker": cpus[1:], "broker": cpus[:1], "load_generator": cpus[:1]
+    }  # fmt: skip
+    for run in (shared, split):
+        assert run["queries"] == 64 and run["verdict_paths"] == {"sidecar": 64}
+        assert run["machine"]["cpu_count"] == os.cpu_count()
+    compared = doc["comparison"]
+    assert compared["throughput_qps"] == {
+        "unpinned": shared["throughput_qps"], "pinned": split["throughput_qps"]
+    }  # fmt: skip
+    assert (
+        compared["cpu_saturation.worker.cpu_ms_per_query"]["pinned"]
+        == (split["cpu_saturation"]["worker"]["cpu_ms_per_query"])
+    )

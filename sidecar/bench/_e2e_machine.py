@@ -320,8 +320,9 @@ def limiting_side(usage: Mapping[str, Any], plan: CpuPlan, cpus: int) -> dict[st
 
     Pinned: the broker and the load generator share ``plan.load_cpus``, the worker has
     ``plan.worker_cpus``; each side's busy share of its own CPUs is compared. Not pinned:
-    every process shares the ``cpus`` CPUs; the share is of the whole machine and
-    ``side`` names the process with the most CPU per query.
+    every process shares the ``cpus`` CPUs; ``benchmark_busy_share`` is the share of them
+    the benchmark's processes kept busy, ``machine_busy_share`` with every other process
+    too, and ``side`` names the process with the most CPU per query.
     """
 
     def busy(name: str) -> float:
@@ -339,8 +340,14 @@ def limiting_side(usage: Mapping[str, Any], plan: CpuPlan, cpus: int) -> dict[st
             "side": "broker + load generator" if load_share >= worker_share else "worker",
         }
     total = load + worker
-    per_query = {name: float(u["cpu_ms_per_query"]) for name, u in usage.items() if u is not None}
+    per_query = {
+        name: float(usage[name]["cpu_ms_per_query"])
+        for name in PROCESSES
+        if usage.get(name) is not None
+    }
+    others = busy("other_processes")
     return {
-        "machine_busy_share": round(total / max(cpus, 1), 3),
+        "benchmark_busy_share": round(total / max(cpus, 1), 3),
+        "machine_busy_share": round((total + others) / max(cpus, 1), 3),
         "side": max(per_query, key=lambda k: per_query[k]) if per_query else None,
     }

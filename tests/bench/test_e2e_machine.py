@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -210,8 +211,9 @@ def test_the_limit_is_the_side_that_ran_out_of_cpu() -> None:
         "side": "broker + load generator",
     }
     assert limiting_side(use(0.99, 0.2, 0.1), pinned, 2)["side"] == "worker"
-    shared = limiting_side(use(0.9, 0.5, 0.4), CpuPlan(), 2)
-    assert shared == {"machine_busy_share": 0.9, "side": "worker"}
+    shared_use: dict[str, Any] = {**use(0.9, 0.5, 0.4), "other_processes": {"cores_busy": 1.0}}
+    shared = limiting_side(shared_use, CpuPlan(), 2)
+    assert shared == {"benchmark_busy_share": 0.9, "machine_busy_share": 1.4, "side": "worker"}
 
 
 def test_the_embedding_travels_as_base64_of_little_endian_float32() -> None:

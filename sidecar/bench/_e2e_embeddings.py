@@ -88,7 +88,7 @@ def run_e2e_embeddings_bench(
         run_dir = work / f"run-{i}" if config.repeat > 1 else work
         run_dir.mkdir(parents=True, exist_ok=True)
         runs.append(_run_once(config, run_dir, echo))
-    report = runs[0] if config.repeat == 1 else _fold(runs)
+    report = runs[0] if config.repeat == 1 else fold_runs(runs)
     write_report(config.json_out, report)
     return report
 
@@ -230,7 +230,7 @@ def _us(ms: float | None) -> float | None:
     return round(1000.0 * ms, 2) if ms is not None else None
 
 
-def _fold(runs: list[dict[str, Any]]) -> dict[str, Any]:
+def fold_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Several runs as one: the text path folded by :func:`median_report`, the embeddings
     path's headline figures and the speedup as medians of the runs', every run kept."""
 

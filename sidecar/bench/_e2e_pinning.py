@@ -4,6 +4,7 @@ apart from the worker, and what changed between the two."""
 
 from __future__ import annotations
 
+import statistics
 import tempfile
 from collections.abc import Callable
 from dataclasses import replace
@@ -12,8 +13,9 @@ from typing import Any
 
 from sidecar.bench._e2e import run_e2e_bench
 from sidecar.bench._e2e_config import E2EBenchConfig
-from sidecar.bench._e2e_embeddings import run_e2e_embeddings_bench
+from sidecar.bench._e2e_embeddings import fold_runs, run_e2e_embeddings_bench
 from sidecar.bench._e2e_machine import cpu_info, cpu_plan
+from sidecar.bench._e2e_report import median_report
 from sidecar.bench._report_file import write_report
 
 # The text path's figures set side by side (dotted: nested fields).
@@ -31,6 +33,15 @@ COMPARED = (
     "cpu_saturation.load_generator.cores_busy",
     "cpu_saturation.other_processes.cores_busy",
 )
+EMBEDDINGS_COMPARED = (
+    "throughput_qps",
+    "half_rate.latency_ms_p99",
+    "cpu_saturation.worker.cores_busy",
+    "cpu_saturation.worker.cpu_ms_per_query",
+    "cpu_saturation.broker.cpu_ms_per_query",
+    "cpu_saturation.load_generator.cpu_ms_per_query",
+    "cpu_saturation.other_processes.cores_busy",
+)
 
 
 def run_e2e_pinning_comparison(
@@ -40,7 +51,10 @@ def run_e2e_pinning_comparison(
     echo: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """:func:`~sidecar.bench.run_e2e_bench` (or, ``with_embeddings``, both paths) unpinned,
-    then pinned; writes ``{"unpinned": report, "pinned": report, "comparison": ...}``.
+    then pinned, ``config.repeat`` times alternating (the load of a shared machine drifts);
+    writes ``{"unpinned": report, "pinned": report, "comparison": ...}``, each report
+    folded over its runs as ``--repeat`` folds them, and ``comparison[figure]`` the two
+    medians with every run's value.
 
     Raises
     ------
@@ -49,35 +63,41 @@ def run_e2e_pinning_comparison(
     """
     cpu_plan(True)
     work = config.workdir or Path(tempfile.mkdtemp(prefix="sidecar-bench-e2e-pin-"))
-    reports: dict[str, dict[str, Any]] = {}
-    for name, pin in (("unpinned", False), ("pinned", True)):
-        echo(f"{name} ...")
-        c = replace(config, pin=pin, workdir=work / name, json_out=work / f"{name}.json")
-        c.workdir.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
-        run = run_e2e_embeddings_bench if with_embeddings else run_e2e_bench
-        reports[name] = run(c, echo=echo)
-    comparison = {
-        key: {name: _get(_text(r), key) for name, r in reports.items()} for key in COMPARED
-    }
-    comparison["load_average_1m_start"] = {
-        name: (r.get("load_average_1_5_15_start") or [None])[0] for name, r in reports.items()
-    }
+    run = run_e2e_embeddings_bench if with_embeddings else run_e2e_bench
+    runs: dict[str, list[dict[str, Any]]] = {"unpinned": [], "pinned": []}
+    for i in range(config.repeat):
+        for name, pin in (("unpinned", False), ("pinned", True)):
+            echo(f"{name} ({i + 1} of {config.repeat}) ...")
+            d = work / f"{name}-{i}"
+            d.mkdir(parents=True, exist_ok=True)
+            c = replace(config, pin=pin, repeat=1, workdir=d, json_out=d / "report.json")
+            runs[name].append(run(c, echo=echo))
+    keys = [*COMPARED, "load_average_1_5_15_start.0"]
     if with_embeddings:
-        for key in ("speedup",):
-            comparison[key] = {name: r.get(key) for name, r in reports.items()}
-        for key in ("throughput_qps", "cpu_saturation.worker.cores_busy",
-                    "cpu_saturation.other_processes.cores_busy"):  # fmt: skip
-            comparison[f"embeddings.{key}"] = {
-                name: _get(r["embeddings"], key) for name, r in reports.items()
-            }
+        keys += ["speedup", *(f"embeddings.{k}" for k in EMBEDDINGS_COMPARED)]
+    comparison = {
+        key: {
+            **{name: _median([_get(r, key) for r in rs]) for name, rs in runs.items()},
+            **{f"{name}_runs": [_get(r, key) for r in rs] for name, rs in runs.items()},
+        }
+        for key in keys
+    }
+    fold = fold_runs if with_embeddings else median_report
     report = {
         "bench": "e2e --compare-pinning" + (" --with-embeddings" if with_embeddings else ""),
         "machine": cpu_info(),
+        "repeats": config.repeat,
+        "order": "unpinned then pinned, alternating",
         "comparison": comparison,
-        **reports,
+        **{name: rs[0] if len(rs) == 1 else fold(rs) for name, rs in runs.items()},
     }
     write_report(config.json_out, report)
     return report
+
+
+def _median(values: list[Any]) -> float | None:
+    xs = [float(v) for v in values if isinstance(v, int | float)]
+    return round(statistics.median(xs), 4) if xs else None
 
 
 def _text(report: dict[str, Any]) -> dict[str, Any]:
@@ -85,9 +105,15 @@ def _text(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def _get(doc: dict[str, Any], dotted: str) -> Any:
-    cur: Any = doc
+    """``doc``'s field at a dotted path (the text path's where the report has two; a
+    number indexes a list); None where it has none."""
+    top = dotted.startswith(("embeddings.", "speedup", "load_average"))
+    cur: Any = doc if top else _text(doc)
     for part in dotted.split("."):
-        if not isinstance(cur, dict):
+        if isinstance(cur, list) and part.isdigit() and int(part) < len(cur):
+            cur = cur[int(part)]
+        elif isinstance(cur, dict):
+            cur = cur.get(part)
+        else:
             return None
-        cur = cur.get(part)
     return cur

@@ -179,3 +179,21 @@ def test_embeddings_and_pinning_refuse_what_they_cannot_combine(tmp_path: Any) -
         result = CliRunner().invoke(main, [*base, *extra])
         assert result.exit_code == 2 and words in result.output, result.output
     assert not out.exists() and not (tmp_path / "work").exists()
+
+
+def test_the_pinning_comparison_reads_the_text_path_wherever_the_report_keeps_it() -> None:
+    from sidecar.bench._e2e_pinning import _get, _median
+
+    both = {
+        "text": {"throughput_qps": 300.0, "cpu_saturation": {"worker": {"cores_busy": 0.9}}},
+        "embeddings": {"throughput_qps": 3000.0},
+        "speedup": 10.0,
+        "load_average_1_5_15_start": [1.5, 1.0, 0.5],
+    }
+    assert _get(both, "throughput_qps") == 300.0
+    assert _get(both, "cpu_saturation.worker.cores_busy") == 0.9
+    assert _get(both, "embeddings.throughput_qps") == 3000.0
+    assert _get(both, "speedup") == 10.0 and _get(both, "load_average_1_5_15_start.0") == 1.5
+    assert _get({"throughput_qps": 5.0}, "throughput_qps") == 5.0  # a text-only report
+    assert _get(both, "cpu_saturation.nobody.cores_busy") is None
+    assert _median([3.0, None, 1.0, 2.0]) == 2.0 and _median([None]) is None

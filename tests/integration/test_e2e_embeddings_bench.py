@@ -120,7 +120,8 @@ def test_the_pinning_comparison_runs_shared_then_split_and_says_which_cpus_each_
         assert run["machine"]["cpu_count"] == os.cpu_count()
     compared = doc["comparison"]
     assert compared["throughput_qps"] == {
-        "unpinned": shared["throughput_qps"], "pinned": split["throughput_qps"]
+        "unpinned": shared["throughput_qps"], "pinned": split["throughput_qps"],
+        "unpinned_runs": [shared["throughput_qps"]], "pinned_runs": [split["throughput_qps"]],
     }  # fmt: skip
     assert (
         compared["cpu_saturation.worker.cpu_ms_per_query"]["pinned"]

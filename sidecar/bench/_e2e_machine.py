@@ -198,6 +198,26 @@ def allowed_cpus(pid: int | None) -> list[int] | None:
     return sorted(cpus) or None
 
 
+def thread_count(pid: int | None) -> int | None:
+    """How many threads process ``pid`` runs now."""
+    if pid is None:
+        return None
+    try:
+        return len(os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return None
+
+
+# Environment variables that size the numeric libraries' thread pools (OpenBLAS under
+# numpy and scipy, OpenMP, MKL, numba): set or not, a report says which.
+THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
+
+
+def thread_env() -> dict[str, str]:
+    """Those of :data:`THREAD_ENV` set in this process (its children inherit them)."""
+    return {k: os.environ[k] for k in THREAD_ENV if k in os.environ}
+
+
 def _threads(pid: int) -> list[int]:
     try:
         return [int(t) for t in os.listdir(f"/proc/{pid}/task")]

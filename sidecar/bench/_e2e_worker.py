@@ -17,6 +17,8 @@ from sidecar.bench._e2e_machine import (
     allowed_cpus,
     pinned_process,
     spawning_on,
+    thread_count,
+    thread_env,
 )
 from sidecar.bench._e2e_phase import PhaseTarget, run_phase, time_split
 from sidecar.bench._e2e_report import peak_rss_mb, scrape
@@ -138,6 +140,12 @@ def measure_worker(
                         "broker": allowed_cpus(broker_pid),
                         "load_generator": allowed_cpus(os.getpid()),
                     },
+                    # threads once the worker is ready (its BLAS pool sizes to its CPUs)
+                    "threads": {
+                        "worker": thread_count(worker.pid),
+                        "broker": thread_count(broker_pid),
+                    },
+                    "thread_env": thread_env(),
                 }
                 clock = CpuClock(
                     {"worker": worker.pid, "broker": broker_pid, "load_generator": os.getpid()}

@@ -224,3 +224,25 @@ def test_the_embedding_travels_as_base64_of_little_endian_float32() -> None:
     assert len(raw) == 16
     assert np.array_equal(np.frombuffer(raw, dtype="<f4"), v.astype(np.float32))
     assert raw[:4] == b"\x00\x00\x80\x3f"  # 1.0f, little-endian
+
+
+def test_thread_counts_and_the_thread_pool_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from sidecar.bench._e2e_machine import thread_count, thread_env
+
+    before = thread_count(os.getpid())
+    assert before is not None and before >= 1
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        assert thread_count(os.getpid()) == before + 1
+    finally:
+        stop.set()
+        t.join()
+    assert thread_count(None) is None
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    env = thread_env()
+    assert env["OPENBLAS_NUM_THREADS"] == "1" and "OMP_NUM_THREADS" not in env

@@ -74,6 +74,7 @@ def test_both_paths_side_by_side_every_query_on_its_own_path(tmp_path: Path) -> 
     assert allowed == {"worker": cpus[1:], "broker": cpus[:1], "load_generator": cpus[:1]}
     assert doc["placement"]["encoder_only"] == cpus[1:]
     assert doc["placement"]["plan"]["pinned"] is True
+    assert doc["placement"]["threads"]["worker"] > 1
     assert sorted(os.sched_getaffinity(0)) == cpus  # this process got its CPUs back
     assert doc["machine"]["cpu_count"] == os.cpu_count() and "flags" in doc["machine"]
     assert len(doc["load_average_1_5_15_start"]) == len(doc["load_average_1_5_15_end"]) == 3

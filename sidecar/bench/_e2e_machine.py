@@ -321,6 +321,9 @@ def cpu_usage(
             "run_queue_wait_ms_per_query": (
                 round(1000.0 * wait / queries, 4) if wait is not None and wait >= 0 else None
             ),
+            "cores_waiting": (
+                round(wait / elapsed_s, 3) if wait is not None and wait >= 0 else None
+            ),
         }
     m0, m1 = before.get(MACHINE), after.get(MACHINE)
     if m0 is not None and m1 is not None and elapsed_s > 0:
@@ -339,25 +342,33 @@ def limiting_side(usage: Mapping[str, Any], plan: CpuPlan, cpus: int) -> dict[st
     """Which side of the machine ran out of CPU first in a saturation phase.
 
     Pinned: the broker and the load generator share ``plan.load_cpus``, the worker has
-    ``plan.worker_cpus``; each side's busy share of its own CPUs is compared. Not pinned:
+    ``plan.worker_cpus``; each side's demand on its own CPUs (cores kept busy plus cores'
+    worth of threads runnable but waiting, per CPU of the side) is compared: above 1 the
+    side wanted more CPU than it had (other jobs on the machine take from either side, and
+    the wait shows it where the busy share alone would not). Not pinned:
     every process shares the ``cpus`` CPUs; ``benchmark_busy_share`` is the share of them
     the benchmark's processes kept busy, ``machine_busy_share`` with every other process
     too, and ``side`` names the process with the most CPU per query.
     """
 
-    def busy(name: str) -> float:
+    def busy(name: str, key: str = "cores_busy") -> float:
         u = usage.get(name)
-        return float(u["cores_busy"]) if u else 0.0
+        return float(u.get(key) or 0.0) if u else 0.0
 
     load = busy("broker") + busy("load_generator")
     worker = busy("worker")
     if plan.pinned:
-        load_share = load / max(len(plan.load_cpus or ()), 1)
-        worker_share = worker / max(len(plan.worker_cpus or ()), 1)
+        n_load = max(len(plan.load_cpus or ()), 1)
+        n_worker = max(len(plan.worker_cpus or ()), 1)
+        waiting = busy("broker", "cores_waiting") + busy("load_generator", "cores_waiting")
+        load_demand = (load + waiting) / n_load
+        worker_demand = (worker + busy("worker", "cores_waiting")) / n_worker
         return {
-            "load_side_busy_share": round(load_share, 3),
-            "worker_busy_share": round(worker_share, 3),
-            "side": "broker + load generator" if load_share >= worker_share else "worker",
+            "load_side_busy_share": round(load / n_load, 3),
+            "worker_busy_share": round(worker / n_worker, 3),
+            "load_side_demand": round(load_demand, 3),
+            "worker_demand": round(worker_demand, 3),
+            "side": "broker + load generator" if load_demand >= worker_demand else "worker",
         }
     total = load + worker
     per_query = {

@@ -147,11 +147,12 @@ def test_cpu_usage_is_per_query_and_per_wall_second() -> None:
         queries=1000,
     )
     assert u["worker"] == {
-        "cpu_s": 2.0, "cores_busy": 0.5, "cpu_ms_per_query": 2.0, "run_queue_wait_ms_per_query": 1.0
+        "cpu_s": 2.0, "cores_busy": 0.5, "cpu_ms_per_query": 2.0,
+        "run_queue_wait_ms_per_query": 1.0, "cores_waiting": 0.25,
     }  # fmt: skip
     assert u["broker"] == {  # a thread that ended took its wait with it: no figure
         "cpu_s": 0.5, "cores_busy": 0.125, "cpu_ms_per_query": 0.5,
-        "run_queue_wait_ms_per_query": None,
+        "run_queue_wait_ms_per_query": None, "cores_waiting": None,
     }  # fmt: skip
     assert u["gen"] is not None and u["gen"]["run_queue_wait_ms_per_query"] is None
     assert u["gone"] is None
@@ -208,9 +209,17 @@ def test_the_limit_is_the_side_that_ran_out_of_cpu() -> None:
     assert side == {
         "load_side_busy_share": 0.98,
         "worker_busy_share": 0.4,
+        "load_side_demand": 0.98,
+        "worker_demand": 0.4,
         "side": "broker + load generator",
     }
     assert limiting_side(use(0.99, 0.2, 0.1), pinned, 2)["side"] == "worker"
+    # Another job took half the worker's CPU: busy 0.5, but it waited as long as it ran.
+    starved = use(0.5, 0.3, 0.2)
+    starved["worker"]["cores_waiting"] = 0.6
+    side = limiting_side(starved, pinned, 2)
+    assert side["worker_busy_share"] == 0.5 and side["worker_demand"] == 1.1
+    assert side["side"] == "worker"
     shared_use: dict[str, Any] = {**use(0.9, 0.5, 0.4), "other_processes": {"cores_busy": 1.0}}
     shared = limiting_side(shared_use, CpuPlan(), 2)
     assert shared == {"benchmark_busy_share": 0.9, "machine_busy_share": 1.4, "side": "worker"}

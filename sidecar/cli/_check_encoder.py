@@ -73,9 +73,9 @@ def probes_command(
     click.echo(f"encoder:    {sheet['encoder']} ({sheet['dim']} dims)")
     click.echo(f"min cosine: {sheet['min_cosine']} on every sentence")
     click.echo(
-        f"Embed these {len(sheet['texts'])} sentences with the client's encoder, in this "
-        "order, and give the vectors (a JSON list of arrays or base64 float32 strings, or "
-        "the /v1/embeddings response) to `sidecar check-encoder verify FILE`:"
+        f"Embed these {len(sheet['texts'])} sentences with the client's encoder as it embeds "
+        "queries, in this order,\nand give the vectors to `sidecar check-encoder verify FILE` "
+        "(see its --help):"
     )
     for i, text in enumerate(sheet["texts"], start=1):
         click.echo(f"  {i}. {text}")

@@ -33,7 +33,7 @@ _TEXT_WIDTH = 70
     type=click.Path(path_type=Path, dir_okay=False, allow_dash=True),
     default=None,
     help="One query per line: plain text, or a JSON record as on the queries topic "
-    '({"text"[, "id", "kb", ...]}); \'-\' reads standard input.',
+    '({"text"[, "id", "kb", "embedding", "encoder", ...]}); \'-\' reads standard input.',
 )
 @click.option("--kb", default=None, help="KB to score against [default: scoring.default_kb].")
 @_version_option
@@ -109,6 +109,10 @@ def score_command(
             continue
         shown = text if len(text) <= _TEXT_WIDTH else text[: _TEXT_WIDTH - 1] + "…"
         score = f"{doc['score']:+9.4f}" if doc["score"] is not None else f"{doc['reason']:>9}"
+        if doc.get("embedding_source") == "client":
+            shown += "  [its own embedding]"
+        elif "embedding_fallback" in doc:
+            shown += f"  [its embedding refused: {doc['embedding_fallback']}; text embedded]"
         click.echo(f"  {doc['verdict']:<4} {score}  {shown}")
 
 

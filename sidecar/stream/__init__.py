@@ -13,9 +13,10 @@ same app.
 from typing import TYPE_CHECKING, Any
 
 from sidecar.stream._app import create_app
-from sidecar.stream._batch import STAGES, BatchOutcome, BatchScorer, EncoderThread
+from sidecar.stream._batch import STAGES, BatchOutcome, BatchScorer
 from sidecar.stream._embedding import ENCODER_HEADER
 from sidecar.stream._encoder_proof import ProbeCheck, check_probe_embeddings, probe_sheet
+from sidecar.stream._encoder_thread import EncoderThread
 from sidecar.stream._metrics import StreamMetrics
 from sidecar.stream._publish import Publisher, TopicNames
 from sidecar.stream._records import (

@@ -15,12 +15,9 @@ KB even when a hot swap lands in the middle of it.
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -28,6 +25,11 @@ import numpy as np
 
 from sidecar.errors import EncoderUnavailable
 from sidecar.stream._embedding import EmbeddingProblem, client_embedding
+from sidecar.stream._encoder_thread import (
+    EncoderThread,
+    LanguageTeller,
+    TextEncoder,
+)
 from sidecar.stream._records import (
     NO_MODEL,
     PARSE_FAILED,
@@ -90,44 +92,6 @@ class Holder(Protocol):
     """What the batch needs of ``sidecar.hotswap.ModelHolder``."""
 
     def snapshot(self) -> Mapping[str, Loaded]: ...
-
-
-class LanguageTeller(Protocol):
-    """What the batch needs of ``sidecar.encoders.LanguageDetector``."""
-
-    def detect(self, texts: Sequence[str]) -> list[str]: ...
-
-
-class TextEncoder(Protocol):
-    """The part of ``sidecar.scoring.Encoder`` used here."""
-
-    def encode(self, texts: Sequence[str], *, batch_size: int = 64) -> np.ndarray: ...
-
-
-class EncoderThread:
-    """Runs every encoder call on one dedicated thread, off the event loop.
-
-    Always the same thread, not a pool: torch keeps a team of intra-op (OpenMP) threads
-    per calling thread, and calls from a rotating pool grew several teams that competed
-    for the same cores (all-MiniLM-L6-v2, batches of 8, 2 cores: 259 queries/s through
-    ``asyncio.to_thread`` against 348 through one thread).
-    """
-
-    def __init__(self, encoder: TextEncoder) -> None:
-        self.encoder = encoder
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sidecar-encoder")
-
-    async def encode(self, texts: Sequence[str], *, batch_size: int) -> np.ndarray:
-        call = functools.partial(self.encoder.encode, texts, batch_size=batch_size)
-        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
-
-    async def detect(self, teller: LanguageTeller, texts: Sequence[str]) -> list[str]:
-        """``teller.detect(texts)`` on the same thread, off the event loop."""
-        call = functools.partial(teller.detect, texts)
-        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
-
-    def close(self) -> None:
-        self._executor.shutdown(wait=False)
 
 
 @dataclass
@@ -214,7 +178,7 @@ class BatchScorer:
         for j, q in enumerate(queries):
             if q.embedding is not None:
                 loaded = snapshot[q.kb]
-                got = client_embedding(q, loaded.model.encoder)
+                got = _client_embedding(q, loaded)
                 if isinstance(got, EmbeddingProblem):
                     if self.embedding_fallback != "encode":
                         results[scored[j]] = DeadLetter(
@@ -404,6 +368,18 @@ def _parse(raw: Raw, policy: InputPolicy) -> Query | Rejected:
         return Rejected(raw=raw, reason=PARSE_FAILED, detail=detail)
 
 
+def _client_embedding(q: Query, loaded: Loaded) -> np.ndarray | EmbeddingProblem | None:
+    """:func:`client_embedding` for the model ``loaded``, anything it raises turned into
+    a problem of this query (``parse_failed``: a bug, as for the parser) rather than a
+    failure of the batch."""
+    try:
+        return client_embedding(q, loaded.model.encoder)
+    except Exception as exc:
+        detail = clip(f"embedding check raised {type(exc).__name__}: {exc}", 300)
+        log.warning("checking the embedding of %s failed: %s", q.id[:80], detail)
+        return EmbeddingProblem(PARSE_FAILED, detail)
+
+
 def _safe_scores(model: ScoringModel, rows: Sequence[Any]) -> list[float | str]:
     """Scores for embeddings ``rows`` (each of shape (dim,)); a failing batch is retried
     row by row (errors as str)."""
@@ -438,13 +414,3 @@ def _as_query(p: Query | Rejected) -> Query:
 
 def _version(loaded: Loaded | None) -> str | None:
     return loaded.version if loaded is not None else None
-
-
-def language_detector(scoring: Any, encoder_name: str) -> LanguageTeller | None:
-    """The language detector ``scoring`` (a ``ScoringSettings``) asks for, choosing among
-    the languages of the encoder named ``encoder_name``; None when it is switched off."""
-    if not scoring.detect_language:
-        return None
-    from sidecar.encoders import LanguageDetector, detector_languages
-
-    return LanguageDetector(detector_languages(encoder_name, scoring.languages))

@@ -6,8 +6,9 @@ A RAG service embeds every query to retrieve with it; when it sends that vector 
 instead of encoding the text again. The vector is used only when
 
 - an encoder is named (``"encoder"``, else the record's ``sidecar-encoder`` header) and it
-  is the encoder of the model that scores the query: the model's recorded name, or an
-  alias of the same packaged encoder (``sentence-transformers/all-MiniLM-L6-v2``);
+  is the encoder of the model that scores the query: the model's recorded name, an alias
+  of the same packaged encoder (``sentence-transformers/all-MiniLM-L6-v2``), or a hub id
+  ending in that name (:func:`same_encoder`);
 - it decodes: a base64 string of little-endian float32 (a whole number of 4-byte floats)
   or a JSON array of numbers (no strings, booleans or nulls), not empty, not all zeros;
 - every component is finite (no NaN or infinity, none past float32's range);
@@ -32,6 +33,7 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -147,9 +149,15 @@ def _header_text(value: Any) -> str | None:
 
 @functools.lru_cache(maxsize=256)
 def same_encoder(client: str, model: str) -> bool:
-    """Whether encoder name ``client`` names the encoder a model recorded as ``model``:
-    the same name, or two spellings of one packaged encoder."""
-    if client == model:
+    """Whether encoder name ``client`` names the encoder a model recorded as ``model``.
+
+    The same name; two spellings of one packaged encoder (``default``,
+    ``sentence-transformers/all-MiniLM-L6-v2``); or a hub id whose last part is the name
+    (``BAAI/bge-small-en-v1.5`` for ``bge-small-en-v1.5``: a model records an encoder by
+    the last part of its ``scoring.encoder``, see ``sidecar.encoders.encoder_label``).
+    A name is a claim, not a proof: ``sidecar check-encoder`` proves the weights.
+    """
+    if client == model or client.rsplit("/", 1)[-1] == model:
         return True
     if len(client) > MAX_QUOTED_CHARS * 4:
         return False
@@ -185,16 +193,19 @@ def decode_embedding(value: Any) -> np.ndarray | EmbeddingProblem:
         )
     if isinstance(vector, EmbeddingProblem):
         return vector
-    bad = ~np.isfinite(vector)
-    if bad.any():
-        i = int(np.argmax(bad))
+    # One pass finds both: a NaN or infinity makes the squared norm NaN or inf, and finite
+    # float32 components cannot overflow it in float64.
+    wide = vector.astype(np.float64)
+    squared = float(wide @ wide)
+    if not math.isfinite(squared):
+        i = int(np.argmax(~np.isfinite(vector)))
         return EmbeddingProblem(
             EMBEDDING_NOT_FINITE, f"component {i} of the embedding is {float(vector[i])!r}"
         )
-    norm = float(np.linalg.norm(vector.astype(np.float64)))
-    if norm == 0.0:
+    if squared == 0.0:
         return EmbeddingProblem(EMBEDDING_MALFORMED, "the embedding is all zeros (no direction)")
-    return (vector / norm).astype(np.float32)
+    wide *= 1.0 / math.sqrt(squared)
+    return wide.astype(np.float32)
 
 
 def _from_base64(value: str) -> np.ndarray | EmbeddingProblem:

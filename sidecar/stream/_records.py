@@ -9,7 +9,7 @@ Input (``kafka.queries_topic``), JSON::
 little-endian float32 (what OpenAI-style ``/v1/embeddings`` answers with
 ``encoding_format=base64``) or a JSON array of numbers. ``encoder`` names that encoder, or
 the record's ``sidecar-encoder`` header does (the field wins). A query with a usable
-embedding is scored without being encoded here; see :mod:`sidecar.stream._embedding` for
+embedding is scored without being encoded here; see ``sidecar.stream._embedding`` for
 what makes one usable and ``scoring.embedding_fallback`` for what happens to one that is
 not. ``text`` is still required: a refused embedding falls back to it, and the language
 detector reads it.
@@ -63,12 +63,15 @@ BAD_FIELD = "bad_field"
 UNKNOWN_KB = "unknown_kb"  # a KB this sidecar does not serve
 TOO_LONG = "too_long"  # text over scoring.max_text_chars with overlong = "reject"
 SCORING_FAILED = "scoring_failed"  # the encoder or the detector raised on this query
-PARSE_FAILED = "parse_failed"  # the parser itself raised on this record (a bug, not bad input)
+# the parser itself, or the check of the record's embedding, raised on this record (a bug,
+# not bad input)
+PARSE_FAILED = "parse_failed"
 # "embedding" is neither a base64 string of little-endian float32 nor a JSON array of
 # numbers (not base64, a byte length that is not a multiple of 4, a non-number, empty,
 # or all zeros)
 EMBEDDING_MALFORMED = "embedding_malformed"
-EMBEDDING_NOT_FINITE = "embedding_not_finite"  # "embedding" holds a NaN or an infinity
+# "embedding" holds a NaN or an infinity (or a number past float32's range)
+EMBEDDING_NOT_FINITE = "embedding_not_finite"
 # "embedding" has another length than the width of the model that scores the query
 EMBEDDING_DIMENSION = "embedding_dimension"
 # an "embedding" without the name of its encoder ("encoder", or the sidecar-encoder header)

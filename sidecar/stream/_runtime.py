@@ -22,7 +22,8 @@ import numpy as np
 
 from sidecar.errors import EncoderMismatch, StreamHalted
 from sidecar.settings import Settings
-from sidecar.stream._batch import BatchScorer, language_detector
+from sidecar.stream._batch import BatchScorer
+from sidecar.stream._encoder_thread import language_detector
 from sidecar.stream._metrics import StreamMetrics
 from sidecar.stream._publish import Publisher
 from sidecar.stream._records import InputPolicy, Raw
@@ -202,7 +203,7 @@ class Runtime:
                 partition=ev.message.partition,
                 offset=ev.message.offset,
                 timestamp_ms=(ev.message.timestamp * 1000.0) if ev.message.timestamp else None,
-                headers=_headers(ev.message.headers),
+                headers=_headers(getattr(ev.message, "headers", None)),
             )
             for ev in events
         ]

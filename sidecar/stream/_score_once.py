@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from sidecar.settings import Settings
-from sidecar.stream._batch import BatchOutcome, BatchScorer, language_detector
+from sidecar.stream._batch import BatchOutcome, BatchScorer
+from sidecar.stream._encoder_thread import language_detector
 from sidecar.stream._records import InputPolicy, Raw
 
 if TYPE_CHECKING:  # the worker imports this package; scoring loads with the first model

@@ -56,3 +56,19 @@ def test_a_local_encoder_directory_is_still_accepted(render: Any) -> None:
     assert _env(render, {"encoder": "/models/my-encoder"})["SIDECAR_SCORING__ENCODER"] == (
         "/models/my-encoder"
     )
+
+
+@pytest.mark.parametrize("fallback", [None, "dead_letter", "encode"])
+def test_the_embedding_fallback_reaches_the_workers_settings(
+    render: Any, fallback: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = _env(render, None if fallback is None else {"embeddingFallback": fallback})
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert load_settings().scoring.embedding_fallback == (fallback or "dead_letter")
+
+
+def test_the_schema_refuses_an_unknown_embedding_fallback(render_raw: Any) -> None:
+    helm_python = pytest.importorskip("helm_python")
+    with pytest.raises(helm_python.HelmError, match="embeddingFallback"):
+        render_raw({"scoring": {"embeddingFallback": "skip"}})

@@ -128,3 +128,48 @@ def test_control_characters_in_a_query_are_escaped_in_the_table(trained: tuple[P
     assert res.exit_code == 0, res.output
     assert "\x1b" not in res.output and "\x07" not in res.output
     assert "red \\x1b[31malert\\x07" in res.output
+
+
+def test_a_trained_model_proves_the_real_encoder_and_scores_its_vectors(
+    trained: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """`sidecar train` records the probes; the real encoder's vectors of them pass
+    `check-encoder verify`, another encoder's (the same texts, other pooling: one
+    token's vector) fail, and a query bringing the real encoder's vector scores as its
+    text does."""
+    import base64
+
+    out, _ = trained
+    sheet = CliRunner().invoke(main, ["check-encoder", "probes", "--artifact", str(out), "--json"])
+    assert sheet.exit_code == 0, sheet.output
+    probes = json.loads(sheet.output)
+    enc = load_encoder(load_settings().scoring, name=probes["encoder"])
+    E = enc.encode(probes["texts"])
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text(json.dumps({"encoder": probes["encoder"], "embeddings": E.tolist()}))
+    # a vector of each sentence's first word: the same model, not the same sentence encoder
+    firsts = enc.encode([t.split()[0] for t in probes["texts"]])
+    bad.write_text(json.dumps(firsts.tolist()))
+    passed = CliRunner().invoke(
+        main, ["check-encoder", "verify", str(good), "--artifact", str(out)]
+    )
+    assert passed.exit_code == 0 and passed.output.startswith("PASS"), passed.output
+    failed = CliRunner().invoke(main, ["check-encoder", "verify", str(bad), "--artifact", str(out)])
+    assert failed.exit_code == 1 and failed.output.startswith("FAIL"), failed.output
+
+    text = "Do you treat children?"
+    vector = base64.b64encode(enc.encode([text])[0].astype("<f4").tobytes()).decode()
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(
+        json.dumps({"id": "own", "text": text, "embedding": vector, "encoder": probes["encoder"]})
+        + "\n"
+        + json.dumps({"id": "plain", "text": text})
+        + "\n"
+    )
+    res = CliRunner().invoke(
+        main, ["score", "--artifact", str(out), "--file", str(queries), "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    own, plain = _records(res.output)
+    assert (own["embedding_source"], plain["embedding_source"]) == ("client", "sidecar")
+    assert own["score"] == pytest.approx(plain["score"], abs=1e-4)

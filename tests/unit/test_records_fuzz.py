@@ -2,7 +2,8 @@
 
 Hostile records (random bytes, invalid UTF-8 and lone surrogates, deep and huge JSON,
 numbers where strings belong, duplicate keys, control, RTL and zero-width characters,
-1 MB texts, odd keys and headers) go through the worker's own batch handler
+1 MB texts, odd keys and headers, and embeddings of every shape with any encoder name
+in the record or its header) go through the worker's own batch handler
 (:meth:`Runtime.handle`: decode, score, publish, ack) with fakes of the encoder, the
 model holder and the producer. Every record must come out as exactly one verdict or one
 dead letter, nothing may escape the batch (the worker would halt), and every record
@@ -20,10 +21,12 @@ import asyncio
 import base64
 import json
 import math
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from hypothesis import given
@@ -33,6 +36,8 @@ from support.stream_fakes import Event, FakeEncoder, Message, RecordingSend, Sen
 from sidecar.settings import load_settings
 from sidecar.stream import DeadLetter, Publisher, Raw, Runtime, TopicNames, parse_query
 from sidecar.stream import _records as r
+from sidecar.stream._embedding import EmbeddingProblem, client_embedding
+from sidecar.stream._runtime import _headers
 
 # The worker's producer refuses a record larger than this (faust's
 # producer_max_request_size, which create_app leaves at its default; pinned below).
@@ -154,6 +159,36 @@ metas = st.one_of(
     json_values,
 )
 
+# Client embeddings: good ones for the fakes' encoder (4 dims), and near misses (another
+# width, zeros, NaN and infinities, numbers past float32, bytes that are not whole floats,
+# text that is not base64, anything at all).
+FAKE_DIM = 4
+good_vectors = st.lists(
+    st.floats(-1e3, 1e3, allow_nan=False, width=32), min_size=FAKE_DIM, max_size=FAKE_DIM
+).filter(any)
+
+
+def as_base64(xs: Sequence[float]) -> str:
+    return base64.b64encode(struct.pack(f"<{len(xs)}f", *xs)).decode()
+
+
+embeddings = st.one_of(
+    good_vectors,
+    good_vectors.map(as_base64),
+    st.lists(st.floats() | st.integers() | st.booleans() | st.none(), max_size=6),
+    st.lists(st.floats(width=32), max_size=6).map(as_base64),
+    st.binary(max_size=24).map(lambda b: base64.b64encode(b).decode()),
+    st.builds(lambda n: [0.5] * n, st.sampled_from([0, 1, 3, 5, 16_384, 16_385])),
+    any_text,
+    tokens,
+    json_values,
+)
+encoder_names = st.one_of(
+    st.sampled_from(["fake", "fake", "fake ", "FAKE", "all-MiniLM-L6-v2", ""]),
+    any_text,
+    json_values,
+)
+
 ABSENT = object()
 # Strategies are built once, here: one built inside a composite is built (and its filters
 # analysed) again at every draw, which made the fuzz ten times slower.
@@ -165,6 +200,8 @@ maybe = {
         ("kb", kbs),
         ("ts", tss),
         ("meta", metas),
+        ("embedding", embeddings),
+        ("encoder", encoder_names),
     )
 }
 extra_pairs = st.lists(st.tuples(keys, json_values), max_size=3)
@@ -243,7 +280,7 @@ valid_tss = st.one_of(
     st.floats(allow_nan=False, allow_infinity=False),
     st.integers(-(2**63), 2**63),
 )
-KNOWN = frozenset({"id", "text", "kb", "ts", "meta"})
+KNOWN = frozenset({"id", "text", "kb", "ts", "meta", "embedding", "encoder"})
 tame_objects = st.lists(st.tuples(keys, tame_values), max_size=3).map(lambda p: Obj(tuple(p)))
 tame_extra_pairs = st.lists(
     st.tuples(keys.filter(lambda k: k not in KNOWN), tame_values), max_size=3
@@ -278,14 +315,72 @@ def _valid_utf8(doc: Obj, ascii_only: bool, pad: bytes) -> bytes:
 valid_values = st.builds(
     _valid_utf8, valid_documents(), st.booleans(), st.sampled_from([b"", b" ", b"\n\t "])
 )
+# Which kind of value each field gets, drawn first so that the kinds come in these
+# shares (one_of flattens nested one_ofs and spreads its draws over all their branches):
+# about a third of these queries bring a vector the model takes, the rest spread over
+# every reason code.
+EMBEDDING_KINDS = {
+    "good": good_vectors,
+    "good base64": good_vectors.map(as_base64),
+    "one number off": st.builds(
+        lambda v, i, x: [*v[:i], x, *v[i + 1 :]],
+        good_vectors,
+        st.integers(0, FAKE_DIM - 1),
+        st.sampled_from([math.nan, math.inf, -math.inf, 1e39, 10**400, True, None, "1.0"]),
+    ),
+    "one float off, base64": st.builds(
+        lambda v, i, x: as_base64([*v[:i], x, *v[i + 1 :]]),
+        good_vectors,
+        st.integers(0, FAKE_DIM - 1),
+        st.sampled_from([math.nan, math.inf, -math.inf]),
+    ),
+    "anything": embeddings,
+    "absent": st.just(ABSENT),
+}
+ENCODER_KINDS = {
+    "the model's": st.just("fake"),
+    "anything": encoder_names,
+    "absent": st.just(ABSENT),
+}
+embedding_kinds = st.sampled_from(
+    ["good", "good", "good base64", "one number off", "one float off, base64", "anything", "absent"]
+)
+encoder_kinds = st.sampled_from(["the model's", "the model's", "anything", "absent"])
+
+
+@st.composite
+def embedded_documents(draw: st.DrawFn) -> Obj:
+    """A query the parser accepts, with an embedding (often a good one) and an encoder
+    name (often the model's), either of them possibly absent or anything at all."""
+    doc = draw(valid_documents())
+    pairs = list(doc.pairs)
+    fields = (
+        ("embedding", EMBEDDING_KINDS, embedding_kinds),
+        ("encoder", ENCODER_KINDS, encoder_kinds),
+    )
+    for name, kinds, kind in fields:
+        v = draw(kinds[draw(kind)])
+        if v is not ABSENT:
+            pairs.append((name, v))
+    return Obj(tuple(draw(st.permutations(pairs))))
+
+
+embedded_values = st.builds(
+    _valid_utf8, embedded_documents(), st.booleans(), st.sampled_from([b"", b"\n"])
+)
 
 # Kafka topic names: [a-zA-Z0-9._-], at most 249 characters.
 topics = st.from_regex(r"\A[a-zA-Z0-9._-]{1,249}\Z")
 headers = st.lists(
     st.tuples(
-        st.one_of(any_text, st.sampled_from(["reason", "model_version", "id", ""])),
         st.one_of(
-            st.binary(max_size=64), st.builds(lambda n: b"\xff" * n, st.sampled_from(SMALL_SIZES))
+            any_text,
+            st.sampled_from(["reason", "model_version", "id", "", "sidecar-encoder"]),
+        ),
+        st.one_of(
+            st.binary(max_size=64),
+            st.builds(lambda n: b"\xff" * n, st.sampled_from(SMALL_SIZES)),
+            st.sampled_from([b"fake", b"other", b"\xff", b""]),
         ),
     ),
     max_size=4,
@@ -330,14 +425,20 @@ class Worker:
     outcomes: list[Any]
 
 
-_WORKERS: dict[str, Worker] = {}
+_WORKERS: dict[tuple[str, str], Worker] = {}
 
 
-def worker(overlong: str) -> Worker:
+def worker(overlong: str, fallback: str = "dead_letter") -> Worker:
     """One runtime per input policy for the whole session (one encoder thread each)."""
-    if overlong not in _WORKERS:
+    key = (overlong, fallback)
+    if key not in _WORKERS:
         settings = load_settings(
-            scoring={"kbs": list(SERVED), "max_text_chars": MAX_TEXT_CHARS, "overlong": overlong}
+            scoring={
+                "kbs": list(SERVED),
+                "max_text_chars": MAX_TEXT_CHARS,
+                "overlong": overlong,
+                "embedding_fallback": fallback,
+            }
         )
         rt = Runtime(
             settings,
@@ -357,8 +458,8 @@ def worker(overlong: str) -> Worker:
             return out
 
         rt.scorer.score = keep  # type: ignore[method-assign]
-        _WORKERS[overlong] = w
-    w = _WORKERS[overlong]
+        _WORKERS[key] = w
+    w = _WORKERS[key]
     w.send.sent.clear()
     w.outcomes.clear()
     return w
@@ -369,9 +470,11 @@ async def _handle(rt: Runtime, events: list[Event]) -> None:
     await rt.drain()
 
 
-def run_batch(events: list[Event], overlong: str) -> tuple[Any, list[Sent]]:
+def run_batch(
+    events: list[Event], overlong: str, fallback: str = "dead_letter"
+) -> tuple[Any, list[Sent]]:
     """Hand ``events`` to the worker's batch handler; (outcome, records produced)."""
-    w = worker(overlong)
+    w = worker(overlong, fallback)
     asyncio.run(_handle(w.runtime, events))
     assert w.runtime.halted is None, w.runtime.halted
     assert len(w.outcomes) == 1
@@ -473,6 +576,49 @@ def test_well_formed_queries_are_scored_whatever_surrounds_them(
         where = (ev.message.partition, ev.message.offset)
         mine = [d for d in outcome.dead if (d.raw.partition, d.raw.offset) == where]
         assert all(d.reason == r.SCORING_FAILED for d in mine), mine
+
+
+FAKE_MODEL_ENCODER = {"name": "fake", "dim": FAKE_DIM}
+
+
+@given(
+    batches(embedded_values | valid_values | hostile_values),
+    st.sampled_from(["dead_letter", "encode"]),
+)
+def test_any_embedding_gets_the_one_decision_its_vector_earns(
+    events: list[Event], fallback: str
+) -> None:
+    """Whatever a record's embedding, encoder name and headers: one verdict or one
+    dead letter, scored from the client's vector exactly when the vector is usable, and
+    otherwise dead-lettered with the vector's own reason code (or, with the encode
+    fallback, scored from the text and saying why)."""
+    outcome, sent = run_batch(events, "reject", fallback)
+    check_batch(events, outcome, sent)
+    policy = worker("reject", fallback).runtime.scorer.policy
+    verdicts = {(v.query.raw.partition, v.query.raw.offset): v for v in outcome.verdicts}
+    dead = {(d.raw.partition, d.raw.offset): d for d in outcome.dead}
+    for ev in events:
+        m = ev.message
+        raw = Raw(m.value, m.topic, m.partition, m.offset, headers=_headers(m.headers))
+        parsed = parse_query(raw, policy)
+        if isinstance(parsed, r.Rejected):
+            continue
+        where = (m.partition, m.offset)
+        got = client_embedding(parsed, FAKE_MODEL_ENCODER)
+        if isinstance(got, EmbeddingProblem) and fallback == "dead_letter":
+            assert where in dead and dead[where].reason == got.reason, (got, dead.get(where))
+            continue
+        if where in dead:  # only the fakes' scoring failures, and only for encoded texts
+            assert dead[where].reason == r.SCORING_FAILED and not isinstance(got, np.ndarray)
+            continue
+        rec = verdicts[where].to_record(now_ms=1.0)
+        if isinstance(got, np.ndarray):
+            assert rec["embedding_source"] == "client"
+            assert rec["score"] == pytest.approx(float(got[0]), abs=1e-6)
+        else:
+            assert rec["embedding_source"] == "sidecar"
+            fell_back = got.reason if isinstance(got, EmbeddingProblem) else None
+            assert rec.get("embedding_fallback") == fell_back
 
 
 @given(valid_values)

@@ -15,6 +15,7 @@ import pytest
 from support.stream_fakes import (
     Event,
     FakeEncoder,
+    FakeHolder,
     FakeLoaded,
     FakeModel,
     Message,
@@ -155,9 +156,15 @@ def test_spellings_of_one_packaged_encoder_match() -> None:
     model = {"name": "all-MiniLM-L6-v2", "dim": 4}
     for name in ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2", "default"):
         assert isinstance(e.client_embedding(query([1.0, 0, 0, 0], name), model), np.ndarray)
-    for name in ("all-minilm-l6-v2", "all-MiniLM-L12-v2", "use-multilingual-v3"):
+    for name in ("all-minilm-l6-v2", "all-MiniLM-L12-v2", "use-multilingual-v3", "all-MiniLM"):
         got = e.client_embedding(query([1.0, 0, 0, 0], name), model)
         assert isinstance(got, e.EmbeddingProblem) and got.reason == r.ENCODER_MISMATCH
+    # a model of a hub encoder records the id's last part (what scoring.encoder gave it)
+    bge = {"name": "bge-small-en-v1.5", "dim": 4}
+    for name in ("bge-small-en-v1.5", "BAAI/bge-small-en-v1.5"):
+        assert isinstance(e.client_embedding(query([1.0, 0, 0, 0], name), bge), np.ndarray)
+    got = e.client_embedding(query([1.0, 0, 0, 0], "bge-small-en-v1.5/other"), bge)
+    assert isinstance(got, e.EmbeddingProblem) and got.reason == r.ENCODER_MISMATCH
 
 
 def test_a_vector_of_another_width_is_embedding_dimension() -> None:
@@ -383,3 +390,22 @@ async def test_the_worker_reads_the_encoder_from_a_record_header() -> None:
     assert by_topic["v"]["embedding_source"] == "client" and by_topic["v"]["verdict"] == "ID"
     assert by_topic["dlq"]["reason"] == r.ENCODER_MISSING and by_topic["dlq"]["offset"] == 1
     rt.scorer.encoder_thread.close()
+
+
+async def test_a_model_the_check_fails_on_dead_letters_its_vectors_not_the_batch() -> None:
+    """A model without an encoder record (a bug, not bad input): parse_failed for the
+    query with a vector, verdicts for its neighbours."""
+
+    class NoRecord:
+        threshold, detector_name = 0.5, "fake"
+
+        def score(self, E: np.ndarray) -> np.ndarray:
+            return np.asarray(E[:, 0], dtype=np.float64)
+
+    h = FakeHolder({"default": FakeLoaded("default", "v1", NoRecord())})  # type: ignore[arg-type]
+    scorer = BatchScorer(FakeEncoder(), h, POLICY)
+    out = await scorer.score(raws({"id": "t", "text": "abc"}, emb("c", [0.2, 1.0, 0, 0])))
+    assert [v.query.id for v in out.verdicts] == ["t"]
+    assert [(d.reason, d.model_version) for d in out.dead] == [(r.PARSE_FAILED, "v1")]
+    assert "embedding check raised AttributeError" in out.dead[0].detail
+    scorer.encoder_thread.close()

@@ -148,6 +148,7 @@ def _run_once(c: E2EBenchConfig, workdir: Path, echo: Callable[[str], None]) -> 
             }
             for name, rep in (("text", text), ("embeddings", emb))
         },
+        "language_detection_us": language_detection_cost(pool, facts["encoder"]),
         "decode_cost_us": decode_cost(
             pool,
             facts["encoder"],
@@ -223,6 +224,23 @@ def decode_cost(
         "worker_decode_stage_per_query": worker,
         **{k: round(v, 2) for k, v in micro.items()},
         "record_bytes": {"text": len(plain), "embedding": len(carried)},
+    }
+
+
+def language_detection_cost(pool: list[str], encoder: str, repeats: int = 5) -> dict[str, Any]:
+    """Microseconds per query of the worker's language detector on the benchmark's texts,
+    in batches of 64: with ``scoring.detect_language`` on (the default) the worker tells
+    every query's language from its text, embedding or not (the ``encode`` stage of the
+    embeddings path is this, on the encoder thread)."""
+    from sidecar.encoders import LanguageDetector, detector_languages
+    from sidecar.settings import ScoringSettings
+
+    detector = LanguageDetector(detector_languages(encoder, ()))
+    texts = [pool[i % len(pool)] for i in range(64)]
+    per_batch = timeit(lambda: detector.detect(texts), repeats=repeats)
+    return {
+        "per_query": round(1e6 * per_batch / len(texts), 2),
+        "worker_default_detect_language": ScoringSettings().detect_language,
     }
 
 

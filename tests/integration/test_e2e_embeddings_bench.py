@@ -83,6 +83,7 @@ def test_both_paths_side_by_side_every_query_on_its_own_path(tmp_path: Path) -> 
         assert where["limit"]["side"] in ("worker", "broker + load generator")
         assert set(where["cpu_ms_per_query"]) == {"worker", "broker", "load_generator"}
         assert where["other_processes_cores_busy"] >= 0.0
+    assert doc["language_detection_us"]["per_query"] > 0
     cost = doc["decode_cost_us"]
     assert cost["vector_decode"] > 0 and cost["parse_embedding_record"] > 0
     assert cost["record_bytes"]["embedding"] > cost["record_bytes"]["text"] + 2048

@@ -8,8 +8,10 @@ the detectors' speed (:func:`run_detectors_bench`), training at scale
 (:func:`run_rules_bench`), the worker end to end on the embedded broker
 (:func:`run_e2e_bench`, with :func:`measure_encoder` as its encoder-only child,
 :func:`run_e2e_batch_sweep` over batch sizes, :func:`run_e2e_encoder_comparison` over
-encoders), a live model swap under load (:func:`run_swap_bench`), the training inputs
-streamed from PostgreSQL and Parquet (:func:`run_train_sources_bench`), adversarial
+encoders, :func:`run_e2e_embeddings_bench` for queries that carry their embedding,
+:func:`run_e2e_pinning_comparison` for the CPUs shared or split), a live model swap
+under load (:func:`run_swap_bench`), the training inputs streamed from PostgreSQL and
+Parquet (:func:`run_train_sources_bench`), adversarial
 prompts against every benchmark KB (:func:`run_adversarial_bench`) and the worker through
 crashes and outages (:func:`run_faults_bench`, its scenarios in :data:`FAULT_SCENARIOS`).
 """
@@ -22,7 +24,9 @@ from sidecar.bench._e2e import (
     run_e2e_bench,
     run_e2e_encoder_comparison,
 )
+from sidecar.bench._e2e_embeddings import run_e2e_embeddings_bench
 from sidecar.bench._e2e_encoder import measure_encoder
+from sidecar.bench._e2e_pinning import run_e2e_pinning_comparison
 from sidecar.bench._faults import FAULT_SCENARIOS, FaultsBenchConfig, run_faults_bench
 from sidecar.bench._recalibration import RecalibrationBenchConfig, run_recalibration_bench
 from sidecar.bench._rules_run import RulesBenchConfig, run_rules_bench
@@ -46,7 +50,9 @@ __all__ = [
     "run_detectors_bench",
     "run_e2e_batch_sweep",
     "run_e2e_bench",
+    "run_e2e_embeddings_bench",
     "run_e2e_encoder_comparison",
+    "run_e2e_pinning_comparison",
     "run_faults_bench",
     "run_recalibration_bench",
     "run_rules_bench",

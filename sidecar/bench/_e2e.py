@@ -15,79 +15,38 @@ own ``latency_ms`` (the query record's timestamp to the verdict handed to the pr
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
 import os
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from sidecar.bench._e2e_config import E2EBenchConfig, bench_texts
 from sidecar.bench._e2e_encoder import encoder_only_qps
-from sidecar.bench._e2e_phase import run_phase, time_split
-from sidecar.bench._e2e_report import median_report, peak_rss_mb, scrape, targets
+from sidecar.bench._e2e_machine import (
+    CpuPlan,
+    allowed_cpus,
+    cpu_info,
+    cpu_plan,
+    load_average,
+    spawning_on,
+)
+from sidecar.bench._e2e_report import median_report, targets
+from sidecar.bench._e2e_worker import LoadPath, PathRun, WorkerRun, measure_worker
 from sidecar.bench._report_file import write_report
 from sidecar.errors import DataError
 
+__all__ = [
+    "E2EBenchConfig",
+    "bench_texts",
+    "run_e2e_batch_sweep",
+    "run_e2e_bench",
+    "run_e2e_encoder_comparison",
+]
+
 log = logging.getLogger(__name__)
-
-
-def bench_texts(source: str, shared_data: Path | None = None) -> list[str]:
-    """Realistic query texts: the demo queries, or CLINC-150 texts from ../shared/data.
-
-    CLINC-150: the test utterances (in-scope and out-of-scope) where the file has them,
-    else the validation ones.
-
-    Raises
-    ------
-    DataError
-        The CLINC-150 file is missing, unreadable or holds no utterances.
-    """
-    if source == "clinc":
-        path = (shared_data or Path("../shared/data")) / "clinc150" / "data_full.json"
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise DataError(f"cannot read CLINC-150 texts from {path}: {exc}") from exc
-        for splits in (("test", "oos_test"), ("val", "oos_val")):
-            texts = [str(t) for split in splits for t, *_ in doc.get(split, [])]
-            if texts:
-                return texts
-        raise DataError(f"{path} has no test or val utterances")
-    from sidecar.local import demo_data
-
-    return [t for t, _ in demo_data().labelled()]
-
-
-@dataclass(frozen=True)
-class E2EBenchConfig:
-    """The worker's settings and the load of ``sidecar bench e2e``, and where its report goes.
-
-    ``queries``: the saturation run's queries; ``half_rate_queries``: at most this many
-    in the half-rate run. ``batch_max``, ``batch_timeout_ms`` and the ``encoder_*``
-    fields are the worker's ``scoring`` settings (``batch_max`` is also the encoder-only
-    batch size). ``source``: "demo" or "clinc" texts. ``repeat``: whole runs, folded by
-    :func:`median_report`. ``workdir``: where the worker log and the store are kept
-    (None: a fresh temporary folder). ``timeout_s``: per wait for the worker or a phase.
-    ``encoder``: the worker's encoder (None: ``scoring.encoder`` of the settings).
-    """
-
-    json_out: Path
-    queries: int = 2000
-    half_rate_queries: int = 1000
-    batch_max: int = 64
-    batch_timeout_ms: int = 5
-    encoder_threads: int = 0
-    encoder_dtype: str = "float32"
-    encoder_backend: str = "auto"
-    source: str = "demo"
-    repeat: int = 1
-    workdir: Path | None = None
-    timeout_s: float = 600.0
-    # the worker's scoring.encoder (None: the settings' own)
-    encoder: str | None = None
 
 
 def run_e2e_bench(config: E2EBenchConfig, *, echo: Callable[[str], None] = print) -> dict[str, Any]:
@@ -116,6 +75,8 @@ SWEEP_FIELDS = (
     "encoder_threads",
     "load_average_1_5_15_start",
     "load_average_1_5_15_end",
+    "placement",
+    "cpu_saturation",
 )
 
 
@@ -148,6 +109,8 @@ def run_e2e_batch_sweep(
         "batch_timeout_ms": config.batch_timeout_ms,
         "encoder_dtype": config.encoder_dtype,
         "cpu_count": os.cpu_count(),
+        "machine": cpu_info(),
+        "pinned": config.pin,
         "batch_sizes": list(batch_sizes),
         "points": points,
     }
@@ -180,6 +143,8 @@ def run_e2e_encoder_comparison(
         "batch_max": config.batch_max,
         "batch_timeout_ms": config.batch_timeout_ms,
         "cpu_count": os.cpu_count(),
+        "machine": cpu_info(),
+        "pinned": config.pin,
         "encoders": list(encoders),
         "points": points,
     }
@@ -187,177 +152,113 @@ def run_e2e_encoder_comparison(
     return report
 
 
-@dataclass(frozen=True)
-class _WorkerRun:
-    """What one run measured on the worker: its encoder, both timed phases (and the
-    per-query time split between the ``/metrics`` scrapes around each), its peak RSS."""
-
-    encoder: str
-    backend: str
-    sat: dict[str, Any]
-    half: dict[str, Any]
-    rate: float
-    split: tuple[dict[str, float], float, float]
-    half_split: tuple[dict[str, float], float, float]
-    rss: float | None
-
-
 def _run_once(c: E2EBenchConfig, workdir: Path, echo: Callable[[str], None]) -> dict[str, Any]:
     """One run: the worker's phases, then the encoder alone; the run's report."""
     pool = bench_texts(c.source)
     texts = [pool[i % len(pool)] for i in range(c.queries)]
-    load_start = os.getloadavg()
+    plan = cpu_plan(c.pin)
     report: dict[str, Any] = {
         "source": c.source,
         "batch_max": c.batch_max,
         "batch_timeout_ms": c.batch_timeout_ms,
         "cpu_count": os.cpu_count(),
+        "machine": cpu_info(),
+        "load_average_1_5_15_start": load_average(),
     }
-    run = _measure_worker(c, workdir, texts, pool, echo)
+    run = measure_worker(c, workdir, text_path(c, pool), echo, plan)
     echo("measuring the encoder alone in a fresh process ...")
-    threads, enc_qps, cpus, enc_all = _encoder_ceiling(c, texts, run.encoder, run.backend)
-    split, n, batches = run.split
-    half_split, n_half_seen, half_batches = run.half_split
-    sat, half = run.sat, run.half
-    report.update(
-        {
-            "encoder": run.encoder,
-            "queries": c.queries,
-            "throughput_qps": sat["throughput_qps"],
-            "latency_ms_p50": sat["latency_ms_p50"],
-            "latency_ms_p99": sat["latency_ms_p99"],
-            "encoder_threads": threads,
-            "encoder_dtype": c.encoder_dtype,
-            "encoder_backend": run.backend,
-            "encoder_backend_setting": c.encoder_backend,
-            "encoder_only_qps": enc_qps,
-            "ratio_to_encoder": round(sat["throughput_qps"] / enc_qps, 3) if enc_qps else None,
-            # The encoder alone on every CPU, nothing beside it: not the worker's setting,
-            # reported so the thread choice can be judged.
-            "encoder_only_qps_all_cpus": {"threads": cpus, "qps": enc_all},
-            "worker_peak_rss_mb": round(run.rss, 1) if run.rss is not None else None,
-            "time_split_ms_per_query": split,
-            "mean_batch_size_saturation": round(n / batches, 2) if batches else None,
-            "half_rate": {
-                "rate_qps": round(run.rate, 2),
-                **half,
-                "time_split_ms_per_query": half_split,
-                "mean_batch_size": round(n_half_seen / half_batches, 2) if half_batches else None,
-            },
-            "load_average_1_5_15_start": [round(x, 2) for x in load_start],
-            "load_average_1_5_15_end": [round(x, 2) for x in os.getloadavg()],
-        }
-    )
+    ceiling = encoder_ceiling(c, texts, run.encoder, run.backend, plan)
+    report.update(path_report(run.paths["text"]))
+    report.update(ceiling_report(c, run, ceiling))
+    report["placement"] = placement_report(run, plan)
+    report["load_average_1_5_15_end"] = load_average()
     report["targets"] = targets(
-        report["ratio_to_encoder"], half["latency_ms_p99"], report["worker_peak_rss_mb"]
+        report["ratio_to_encoder"],
+        report["half_rate"]["latency_ms_p99"],
+        report["worker_peak_rss_mb"],
     )
     return report
 
 
-def _worker_settings(c: E2EBenchConfig, broker: Any, workdir: Path) -> Any:
-    """The worker's settings: the embedded broker, a directory store in ``workdir``."""
-    from sidecar.local import EmbeddedBroker, free_port
-    from sidecar.settings import load_settings
-
-    return load_settings(
-        kafka={
-            "brokers": broker.url,
-            "app_id": "sidecar-bench",
-            "session_timeout_s": 6.0,
-            "fetch_max_wait_ms": EmbeddedBroker.FETCH_MAX_WAIT_MS,
-        },
-        store={"backend": "directory", "directory": workdir / "store", "poll_interval_s": 1.0},
-        scoring={
-            **({"encoder": c.encoder} if c.encoder else {}),
-            "batch_max": c.batch_max,
-            "batch_timeout_ms": c.batch_timeout_ms,
-            "encoder_threads": c.encoder_threads,
-            "encoder_dtype": c.encoder_dtype,
-            "encoder_backend": c.encoder_backend,
-        },
-        web={"host": "127.0.0.1", "port": free_port()},
-    )
+def text_path(c: E2EBenchConfig, pool: list[str]) -> Callable[[Any, Any], list[LoadPath]]:
+    """The text path: records holding the query text alone, as today's clients send."""
+    records = [{"text": t} for t in pool]
+    return lambda _encoder, _model: [LoadPath("text", records, c.queries)]
 
 
-def _measure_worker(
-    c: E2EBenchConfig, workdir: Path, texts: list[str], pool: list[str], echo: Callable[[str], None]
-) -> _WorkerRun:
-    """Start the broker and a worker, publish the demo model, time both phases."""
-    from sidecar.encoders import load_encoder
-    from sidecar.local import EmbeddedBroker, WorkerProcess, publish, train_demo_model
-    from sidecar.persistence import open_store
-    from sidecar.stream import ensure_topics
-
-    with EmbeddedBroker() as broker:
-        settings = _worker_settings(c, broker, workdir)
-        asyncio.run(ensure_topics(settings))
-        worker = WorkerProcess(settings, log_path=workdir / "worker.log")
-        worker.start()
-        try:
-            echo("training the demo model (the worker loads its encoder meanwhile) ...")
-            model = train_demo_model(load_encoder(settings.scoring))
-            store = open_store(settings)
-            publish(store, model)
-            store.close()
-            ready = worker.wait_ready(c.timeout_s)
-            resolved = _resolved_backend(ready, c.encoder_backend)
-            phases = _phases(c, broker.bootstrap, settings.kafka, worker, texts, pool)
-            rss = peak_rss_mb(worker.pid) if worker.pid else None
-        finally:
-            worker.terminate()
-    return _WorkerRun(settings.scoring.encoder, resolved, rss=rss, **phases)
-
-
-def _phases(
-    c: E2EBenchConfig, bootstrap: str, k: Any, worker: Any, texts: list[str], pool: list[str]
-) -> dict[str, Any]:
-    """Warm-up, saturation, then half the measured rate; the time split around each."""
-    from tqdm import tqdm
-
-    def phase(
-        batch: list[str], prefix: str, rate: float | None, progress: Any = None
-    ) -> dict[str, Any]:
-        return asyncio.run(
-            run_phase(
-                bootstrap, k.queries_topic, k.verdicts_topic, batch, prefix, rate, c.timeout_s,
-                progress,
-            )
-        )  # fmt: skip
-
-    def metrics() -> dict[str, float]:
-        return scrape(str(worker.get("/metrics")[1]))
-
-    # A short untimed run first: the first batches pay one-off costs.
-    phase(texts[: 2 * c.batch_max], "warm", None)
-    before = metrics()
-    with tqdm(total=c.queries, desc="saturation", unit="q") as bar:
-        sat = phase(texts, "sat", None, bar.update)
-    after = metrics()
-    rate = sat["throughput_qps"] / 2.0
-    n_half = min(c.half_rate_queries, max(50, int(rate * 30)))
-    half_texts = [pool[i % len(pool)] for i in range(n_half)]
-    with tqdm(total=n_half, desc=f"half rate {rate:.0f}/s", unit="q") as bar:
-        half_before = metrics()
-        half = phase(half_texts, "half", rate, bar.update)
-    half_after = metrics()
+def path_report(pr: PathRun) -> dict[str, Any]:
+    """One path's figures: saturation throughput and latency, the half-rate run, the time
+    split and CPU time per query of each process, the worker's peak RSS so far."""
+    split, n, batches = pr.split
+    half_split, n_half_seen, half_batches = pr.half_split
+    sat, half = pr.sat, pr.half
     return {
-        "sat": sat,
-        "half": half,
-        "rate": rate,
-        "split": time_split(before, after),
-        "half_split": time_split(half_before, half_after),
+        "queries": sat["queries"],
+        "throughput_qps": sat["throughput_qps"],
+        "latency_ms_p50": sat["latency_ms_p50"],
+        "latency_ms_p99": sat["latency_ms_p99"],
+        "worker_peak_rss_mb": round(pr.rss, 1) if pr.rss is not None else None,
+        "time_split_ms_per_query": split,
+        "mean_batch_size_saturation": round(n / batches, 2) if batches else None,
+        "verdict_paths": sat.get("verdict_paths"),
+        "dead_lettered": sat.get("dead_lettered", 0) + half.get("dead_lettered", 0),
+        # CPU seconds of each process over the saturation run (first record sent to last
+        # answer read), per query and as cores kept busy.
+        "cpu_saturation": sat.get("cpu"),
+        "half_rate": {
+            "rate_qps": round(pr.rate, 2),
+            **{k: v for k, v in half.items() if k not in ("cpu", "verdict_paths")},
+            "time_split_ms_per_query": half_split,
+            "mean_batch_size": round(n_half_seen / half_batches, 2) if half_batches else None,
+            "cpu": half.get("cpu"),
+        },
     }
 
 
-def _encoder_ceiling(
-    c: E2EBenchConfig, texts: list[str], encoder: str, backend: str
+def ceiling_report(
+    c: E2EBenchConfig, run: WorkerRun, ceiling: tuple[int, float, int, float]
+) -> dict[str, Any]:
+    """The text path's encoder fields: backend, threads, the encoder-only ceiling and the
+    saturation throughput's ratio to it."""
+    threads, enc_qps, cpus, enc_all = ceiling
+    qps = run.paths["text"].sat["throughput_qps"]
+    return {
+        "encoder": run.encoder,
+        "encoder_threads": threads,
+        "encoder_dtype": c.encoder_dtype,
+        "encoder_backend": run.backend,
+        "encoder_backend_setting": c.encoder_backend,
+        "encoder_only_qps": enc_qps,
+        "ratio_to_encoder": round(qps / enc_qps, 3) if enc_qps else None,
+        # The encoder alone on every CPU, nothing beside it: not the worker's setting,
+        # reported so the thread choice can be judged.
+        "encoder_only_qps_all_cpus": {"threads": cpus, "qps": enc_all},
+    }
+
+
+def placement_report(run: WorkerRun, plan: CpuPlan) -> dict[str, Any]:
+    """Which CPUs each figure had: the plan, each process's allowed CPUs as read back
+    from the kernel, and the encoder-only runs' CPUs."""
+    everyone = allowed_cpus(os.getpid())
+    return {
+        **run.placement,
+        "encoder_only": list(plan.worker_cpus) if plan.worker_cpus else everyone,
+        "encoder_only_all_cpus": everyone,
+    }
+
+
+def encoder_ceiling(
+    c: E2EBenchConfig, texts: list[str], encoder: str, backend: str, plan: CpuPlan
 ) -> tuple[int, float, int, float]:
-    """The encoder alone in a fresh process: with the worker's threads, and with every
-    CPU (the same figure where they are equal); also both thread counts."""
+    """The encoder alone in a fresh process: with the worker's threads on the worker's
+    CPUs, and with every CPU (the same figure where they are equal); also both thread
+    counts."""
     from sidecar.encoders import available_cpus
     from sidecar.encoders import encoder_threads as resolve_threads
 
-    threads = resolve_threads(c.encoder_threads)
+    threads = c.encoder_threads or (
+        max(1, len(plan.worker_cpus) - 1) if plan.worker_cpus else resolve_threads(0)
+    )
 
     def ceiling(n_threads: int) -> float:
         return encoder_only_qps(
@@ -370,20 +271,8 @@ def _encoder_ceiling(
             repeats=2,
         )
 
-    enc_qps = ceiling(threads)
+    with spawning_on(plan.worker_cpus):
+        enc_qps = ceiling(threads)
     cpus = available_cpus()
-    enc_all = ceiling(cpus) if cpus != threads else enc_qps
+    enc_all = ceiling(cpus) if cpus != threads or plan.pinned else enc_qps
     return threads, enc_qps, cpus, enc_all
-
-
-def _resolved_backend(readyz: Any, setting: str) -> str:
-    """The encoder backend the worker runs, from its ``/readyz`` document."""
-    try:
-        backend = readyz["checks"]["encoder"]["backend"]
-    except (KeyError, TypeError):
-        backend = None
-    if isinstance(backend, str) and backend:  # torch, onnx, or a packaged runtime's own
-        return backend
-    if setting != "auto":
-        return setting
-    raise RuntimeError(f"the worker's /readyz does not name its encoder backend: {readyz}")

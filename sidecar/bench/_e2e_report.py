@@ -94,6 +94,10 @@ def median_report(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out.update(
         {
             "cpu_count": runs[0]["cpu_count"],
+            "machine": runs[0].get("machine"),
+            "placement": runs[0].get("placement"),
+            "load_average_1_5_15_start": runs[0].get("load_average_1_5_15_start"),
+            "load_average_1_5_15_end": runs[-1].get("load_average_1_5_15_end"),
             "encoder_threads": runs[0]["encoder_threads"],
             "encoder_dtype": runs[0].get("encoder_dtype", "float32"),
             "encoder_backend": runs[0].get("encoder_backend", "torch"),

@@ -116,6 +116,33 @@ from sidecar.cli._root import bench
     default=None,
     help="Keep the worker log and the directory store here.",
 )
+@click.option(
+    "--with-embeddings",
+    is_flag=True,
+    help="Also time queries that carry their embedding (base64 float32 computed here with "
+    "the model's encoder before the clock starts, and the encoder's name), on the same "
+    "worker after the text path; the report holds both as {text, embeddings, speedup}, "
+    "with each process's CPU per query and the decoder's own cost.",
+)
+@click.option(
+    "--embedding-queries",
+    type=click.IntRange(min=1),
+    default=20000,
+    show_default=True,
+    help="Queries in the embeddings path's saturation run (with --with-embeddings).",
+)
+@click.option(
+    "--pin",
+    is_flag=True,
+    help="Pin the broker and this load generator to the lowest CPU and the worker (and the "
+    "encoder-only runs) to the others: on 2 CPUs, one each. Needs 2 CPUs or more.",
+)
+@click.option(
+    "--compare-pinning",
+    is_flag=True,
+    help="Run the benchmark twice, unpinned and then with --pin, and report both with the "
+    "text path's throughput, ceiling, encode time and latency side by side.",
+)
 def e2e(
     json_out: Path,
     queries: int,
@@ -131,6 +158,10 @@ def e2e(
     source: str,
     repeat: int,
     workdir: Path | None,
+    with_embeddings: bool,
+    embedding_queries: int,
+    pin: bool,
+    compare_pinning: bool,
 ) -> None:
     """Throughput, latency and memory of the real worker on the embedded broker.
 
@@ -140,13 +171,16 @@ def e2e(
     alone in a fresh process with the same batch size and torch threads (the ceiling),
     and with all CPUs for comparison. Reports
     throughput_qps, latency_ms_p50/p99, encoder_only_qps, ratio_to_encoder,
-    worker_peak_rss_mb, the per-query time split and the targets.
+    worker_peak_rss_mb, the per-query time split, each process's CPU time, the CPU model,
+    flags and load average, each process's allowed CPUs, and the targets.
     """
     from sidecar.bench import (
         E2EBenchConfig,
         run_e2e_batch_sweep,
         run_e2e_bench,
+        run_e2e_embeddings_bench,
         run_e2e_encoder_comparison,
+        run_e2e_pinning_comparison,
     )
 
     check_output_file(json_out, "--json")
@@ -157,6 +191,15 @@ def e2e(
     if encoders and (sizes is not None or encoder is not None):
         raise click.UsageError("--compare-encoders runs each encoder: leave out "
                                "--encoder and --sweep-batch-max")  # fmt: skip
+    alone = {"--with-embeddings": with_embeddings, "--compare-pinning": compare_pinning}
+    for flag, on in alone.items():
+        if on and (encoders or sizes is not None):
+            raise click.UsageError(f"{flag} runs once per setting: leave out "
+                                   "--compare-encoders and --sweep-batch-max")  # fmt: skip
+    if pin and compare_pinning:
+        raise click.UsageError("--compare-pinning runs both unpinned and pinned: leave out --pin")
+    if (pin or compare_pinning) and _cpus() < 2:
+        raise click.UsageError("pinning needs at least 2 CPUs, this process may use 1")
     config = E2EBenchConfig(
         json_out=json_out,
         queries=queries,
@@ -170,7 +213,29 @@ def e2e(
         repeat=repeat,
         workdir=workdir,
         encoder=encoder,
+        pin=pin,
+        embedding_queries=embedding_queries,
     )
+    if compare_pinning:
+        compared = run_e2e_pinning_comparison(
+            config, with_embeddings=with_embeddings, echo=click.echo
+        )
+        for key, values in compared["comparison"].items():
+            click.echo(f"{key:>42}: {json.dumps(values)}")
+        click.echo(f"report: {json_out}")
+        return
+    if with_embeddings:
+        both = run_e2e_embeddings_bench(config, echo=click.echo)
+        for name in ("text", "embeddings"):
+            r = both[name]
+            click.echo(
+                f"{name:>10}: {r['throughput_qps']:9.1f} q/s, half-rate p50 "
+                f"{r['half_rate']['latency_ms_p50']:.1f} ms, p99 "
+                f"{r['half_rate']['latency_ms_p99']:.1f} ms"
+            )
+        click.echo(f"   speedup: {both['speedup']}x")
+        click.echo(f"report: {json_out}")
+        return
     if encoders:
         compared = run_e2e_encoder_comparison(config, encoders, echo=click.echo)
         for p in compared["points"]:
@@ -212,6 +277,12 @@ def e2e(
     )
     click.echo(f"half rate: {json.dumps(report['half_rate'])}")
     click.echo(f"report: {json_out}")
+
+
+def _cpus() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
 
 
 def _batch_sizes(text: str) -> list[int]:

@@ -80,13 +80,13 @@ def test_median_report_takes_medians_the_worst_rss_and_keeps_every_run() -> None
 
 
 def test_the_ceiling_uses_the_backend_the_worker_resolved() -> None:
-    from sidecar.bench._e2e import _resolved_backend
+    from sidecar.bench._e2e_worker import resolved_backend
 
     ready = {"ready": True, "checks": {"encoder": {"ok": True, "backend": "onnx"}}}
-    assert _resolved_backend(ready, "auto") == "onnx"
-    assert _resolved_backend({"checks": {}}, "torch") == "torch"
+    assert resolved_backend(ready, "auto") == "onnx"
+    assert resolved_backend({"checks": {}}, "torch") == "torch"
     with pytest.raises(RuntimeError, match="encoder backend"):
-        _resolved_backend({"checks": {}}, "auto")
+        resolved_backend({"checks": {}}, "auto")
 
 
 def test_clinc_bench_texts_fall_back_to_validation_and_fail_readably(tmp_path: Any) -> None:
@@ -136,10 +136,10 @@ def test_the_sweep_option_gives_one_readable_line_for_a_bad_list(tmp_path: Any) 
 
 
 def test_a_packaged_runtime_is_the_backend_the_worker_reports() -> None:
-    from sidecar.bench._e2e import _resolved_backend
+    from sidecar.bench._e2e_worker import resolved_backend
 
     ready = {"checks": {"encoder": {"ok": True, "backend": "numpy"}}}
-    assert _resolved_backend(ready, "auto") == "numpy"
+    assert resolved_backend(ready, "auto") == "numpy"
 
 
 def test_an_encoder_comparison_refuses_bad_requests_before_starting_anything(
@@ -160,3 +160,40 @@ def test_an_encoder_comparison_refuses_bad_requests_before_starting_anything(
         result = CliRunner().invoke(main, [*base, *extra])
         assert result.exit_code == 2 and "encoder" in result.output
     assert not out.exists() and not (tmp_path / "work").exists()
+
+
+def test_embeddings_and_pinning_refuse_what_they_cannot_combine(tmp_path: Any) -> None:
+    from click.testing import CliRunner
+
+    from sidecar.cli import main
+
+    out = tmp_path / "r.json"
+    base = ["bench", "e2e", "--json", str(out), "--workdir", str(tmp_path / "work")]
+    for extra, words in (
+        (["--with-embeddings", "--sweep-batch-max", "8"], "--with-embeddings"),
+        (["--with-embeddings", "--compare-encoders", "a,b"], "--with-embeddings"),
+        (["--compare-pinning", "--sweep-batch-max", "8"], "--compare-pinning"),
+        (["--compare-pinning", "--pin"], "leave out --pin"),
+        (["--with-embeddings", "--embedding-queries", "0"], "--embedding-queries"),
+    ):
+        result = CliRunner().invoke(main, [*base, *extra])
+        assert result.exit_code == 2 and words in result.output, result.output
+    assert not out.exists() and not (tmp_path / "work").exists()
+
+
+def test_the_pinning_comparison_reads_the_text_path_wherever_the_report_keeps_it() -> None:
+    from sidecar.bench._e2e_pinning import _get, _median
+
+    both = {
+        "text": {"throughput_qps": 300.0, "cpu_saturation": {"worker": {"cores_busy": 0.9}}},
+        "embeddings": {"throughput_qps": 3000.0},
+        "speedup": 10.0,
+        "load_average_1_5_15_start": [1.5, 1.0, 0.5],
+    }
+    assert _get(both, "throughput_qps") == 300.0
+    assert _get(both, "cpu_saturation.worker.cores_busy") == 0.9
+    assert _get(both, "embeddings.throughput_qps") == 3000.0
+    assert _get(both, "speedup") == 10.0 and _get(both, "load_average_1_5_15_start.0") == 1.5
+    assert _get({"throughput_qps": 5.0}, "throughput_qps") == 5.0  # a text-only report
+    assert _get(both, "cpu_saturation.nobody.cores_busy") is None
+    assert _median([3.0, None, 1.0, 2.0]) == 2.0 and _median([None]) is None

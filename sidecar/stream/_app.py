@@ -101,6 +101,20 @@ def create_app(
     return app
 
 
+def _one_blas_thread() -> None:
+    """Cap numpy's BLAS pool at one thread for this process.
+
+    The detectors' products are a few hundred multiply-adds per query; OpenBLAS sizes its
+    pool to every CPU the process may use, and on a 2-CPU worker its second thread took
+    the encoder's CPU: the detect stage ran 30-50x slower and the worker reached 0.62 of
+    the encoder's throughput instead of 0.77 (`benchmarks/results/e2e_openblas_threads.json`).
+    The encoder's own threads (torch, ONNX Runtime) are not BLAS pools and keep theirs.
+    """
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1, user_api="blas")
+
+
 def _runtime(settings: Settings, *, encoder: Any, holder: Any, store: Any) -> Runtime:
     """The worker's runtime: encoder, model holder, store and the watcher that swaps models."""
     from sidecar.encoders import embed_probes, load_encoder
@@ -108,6 +122,7 @@ def _runtime(settings: Settings, *, encoder: Any, holder: Any, store: Any) -> Ru
     from sidecar.persistence import open_async_store
 
     sc = settings.scoring
+    _one_blas_thread()
     if encoder is None:
         encoder = load_encoder(settings)
     holder = holder if holder is not None else ModelHolder(sc.kbs)

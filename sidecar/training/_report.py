@@ -170,7 +170,7 @@ def write_report(data: ReportData, out_dir: str | Path, *, m_metric: str = "accu
     for note in data.notes:
         lines += [f"> {note}", ""]
     if data.languages:
-        lines += _language_table(data.languages, data.summary.get("threshold"))
+        lines += _language_table(data.languages, float(data.summary["threshold"]))
     if data.roc:
         _plot_roc(out / "roc.png", data.roc)
         lines += ["## ROC curves", "", "![ROC curves](roc.png)", ""]
@@ -212,7 +212,7 @@ def write_report(data: ReportData, out_dir: str | Path, *, m_metric: str = "accu
     return page
 
 
-def _language_table(langs: Mapping[str, Mapping[str, Any]], threshold: Any) -> list[str]:
+def _language_table(langs: Mapping[str, Mapping[str, Any]], threshold: float) -> list[str]:
     """The per-language thresholds: each language's calibration queries, its threshold
     (or the global one it keeps) and the share of its queries that threshold refuses."""
     rows = [
@@ -220,7 +220,7 @@ def _language_table(langs: Mapping[str, Mapping[str, Any]], threshold: Any) -> l
         "",
         "Each language with enough ID training queries for the conformal rank has its own "
         "threshold, calibrated on its queries' held-out (or out-of-fold) scores; the others, "
-        f"and queries whose language is not told, meet the global one ({threshold}).",
+        f"and queries whose language is not told, meet the global one ({threshold:.6g}).",
         "",
         "| language | calibration queries | threshold | refused of them |",
         "|---|---|---|---|",

@@ -128,6 +128,15 @@ class _FitBar:
 )
 @threshold_rule_option
 @calibration_option
+@click.option(
+    "--per-language",
+    is_flag=True,
+    help="Also give each language of the ID training queries a threshold of its own, "
+    "calibrated conformally on that language's held-out (or out-of-fold) scores, where it "
+    "has enough of them (1/rate - 1: 99 for 0.01, 19 for 0.05); each query's language is "
+    "told by the language detector (scoring.languages), and other languages keep the "
+    "global threshold. Needs the ID queries as texts and the frr threshold rule.",
+)
 @seed_option
 @click.option("--out", required=True, type=_PATH, help="Artifact directory to write.")
 @click.option("--report", "report_dir", type=_PATH, help="Report directory [default: OUT/report].")
@@ -296,6 +305,7 @@ def _train_config(opts: dict[str, Any]) -> Any:
         group_near_duplicates=opts["group_near_duplicates"],
         neighbour_bank=opts["neighbour_bank"],
         floor=opts["floor"],
+        per_language=opts["per_language"],
     )
 
 
@@ -328,6 +338,8 @@ def _print_summary(release: Any, cfg: Any, criterion: str, *, has_ood: bool) -> 
         + ("" if stats["near_duplicates_grouped"] else " (near-duplicates not grouped)")
     )
     click.echo(f"  threshold: {threshold_summary(m.metrics, cfg.target_frr)}")
+    for line in language_lines(m.metrics):
+        click.echo(f"  {line}")
     drift = m.metrics.get("expected_frr")
     if drift:
         click.echo(
@@ -343,6 +355,29 @@ def _print_summary(release: Any, cfg: Any, criterion: str, *, has_ood: bool) -> 
     click.echo(f"artifact: {release.out}")
     if release.report is not None:
         click.echo(f"report: {release.report}")
+
+
+def language_lines(metrics: dict[str, Any]) -> list[str]:
+    """One line per language of a per-language calibration (``metrics``'s
+    ``language_calibration``): its query count and its own threshold, or the global one it
+    keeps (too few queries); and the queries whose language was not told."""
+    table = metrics.get("language_calibration")
+    if table is None:
+        return []
+    told = sum(int(row["n"]) for row in table.values())
+    out = [f"per-language thresholds, {len(table)} languages among the calibration queries:"]
+    for lang, row in table.items():
+        if row["threshold"] is None:
+            out.append(f"  {lang}: {row['n']} queries, too few: the global threshold")
+        else:
+            out.append(
+                f"  {lang}: {row['n']} queries, threshold {row['threshold']:.6g} "
+                f"(refuses {row['calibration_frr']:.2%} of them)"
+            )
+    untold = int(metrics.get("n_calibration") or told) - told
+    if untold:
+        out.append(f"  {untold} queries of no language told: the global threshold")
+    return out
 
 
 def threshold_summary(metrics: dict[str, Any], target_frr: float) -> str:

@@ -36,6 +36,7 @@ from sidecar.scoring._languages import (
     UNDETERMINED_LANGUAGE,
     language_thresholds,
     recalibrate_by_language,
+    with_language_thresholds,
 )
 from sidecar.scoring._linear import CombinedDetector, LogRegDetector
 from sidecar.scoring._linf import SCANS, choose_scan
@@ -91,4 +92,5 @@ __all__ = [
     "recalibrate_by_language",
     "select_evr",
     "select_pvalue",
+    "with_language_thresholds",
 ]

@@ -71,6 +71,36 @@ def language_thresholds(
     return thresholds, table
 
 
+def with_language_thresholds(
+    model: OODModel, id_scores: Any, languages: Sequence[str | None], target_frr: float
+) -> OODModel:
+    """``model`` with a threshold per language calibrated on ``id_scores``, its global
+    threshold kept.
+
+    Each language with at least :func:`min_calibration_size` of the scores gets the
+    conformal threshold of its own (``language_thresholds``); ``metrics["language_calibration"]``
+    records every language seen, with its count, threshold (None: it keeps the global
+    one) and false-reject rate on its calibration scores; ``params["language_calibration"]``
+    says ``"per-language"``. ``version`` becomes None (a new artifact).
+
+    Parameters
+    ----------
+    model : OODModel
+    id_scores : ndarray of shape (n,)
+        ``model``'s OOD scores of ID queries it was not fitted on (held out, or out of fold:
+        the scores its global threshold was calibrated on).
+    languages : sequence of str or None, length n
+        Each query's language; None and ``"und"`` calibrate no language.
+    target_frr : float in (0, 1)
+    """
+    thresholds, table = language_thresholds(id_scores, languages, target_frr)
+    metrics = {**model.metrics, "language_calibration": table}
+    params = {**model.params, "language_calibration": "per-language"}
+    return dataclasses.replace(
+        model, language_thresholds=thresholds, metrics=metrics, params=params, version=None
+    )
+
+
 def recalibrate_by_language(
     model: OODModel, id_embeddings: Any, languages: Sequence[str | None], target_frr: float
 ) -> OODModel:
@@ -78,8 +108,7 @@ def recalibrate_by_language(
 
     The global threshold is :func:`recalibrate`'s on every query; each language with at
     least :func:`min_calibration_size` of them gets its own conformal threshold on its
-    queries alone (``language_thresholds``); ``metrics["language_calibration"]`` records
-    every language seen, with its count and threshold (None: it keeps the global one).
+    queries alone (:func:`with_language_thresholds`).
 
     Parameters
     ----------
@@ -94,9 +123,4 @@ def recalibrate_by_language(
     if len(languages) != len(E):
         raise DataError(f"{len(languages)} languages for {len(E)} calibration queries")
     out = recalibrate(model, E, target_frr)
-    thresholds, table = language_thresholds(out.score(E), languages, target_frr)
-    metrics = {**out.metrics, "language_calibration": table}
-    params = {**out.params, "language_calibration": "per-language"}
-    return dataclasses.replace(
-        out, language_thresholds=thresholds, metrics=metrics, params=params, version=None
-    )
+    return with_language_thresholds(out, out.score(E), languages, target_frr)

@@ -120,9 +120,9 @@ def cross_calibrated(
     oof: OutOfFold | None = None,
     folds: int = CROSS_FOLDS,
     **fit: Any,
-) -> OODModel:
+) -> tuple[OODModel, OutOfFold]:
     """``cand`` fitted on every ID training query of the splits, its threshold
-    cross-calibrated.
+    cross-calibrated, and the out-of-fold scores it was calibrated on.
 
     The threshold is the conformal quantile of the out-of-fold scores of every ID training
     query (:func:`out_of_fold`; ``oof`` when the search has them already). Every ID query
@@ -161,7 +161,7 @@ def cross_calibrated(
         ),
     }
     params = {**model.params, "calibration": "cross"}
-    return dataclasses.replace(model, threshold=thr, metrics=metrics, params=params)
+    return dataclasses.replace(model, threshold=thr, metrics=metrics, params=params), oof
 
 
 def decide_out_of_fold(

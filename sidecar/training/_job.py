@@ -39,6 +39,7 @@ from sidecar.scoring import (
 )
 from sidecar.training._fitting import FitProgress
 from sidecar.training._grid import MAX_DIMS, Candidate, combined_grid, default_grid
+from sidecar.training._languages import calibrate_languages
 from sidecar.training._metrics import auroc, balanced_accuracy, fpr_at_tpr, paper_accuracy
 from sidecar.training._search import FULL_SPACE_DETECTORS, SearchResult, search
 from sidecar.training._splits import (
@@ -75,6 +76,9 @@ class TrainInputs:
     # Where that encoder ran, for the report: {"backend"} and, for an embedding server,
     # its masked "url", the "model" asked for and the "served_model" it named.
     encoder_source: dict[str, Any] | None = None
+    # The language told for each ID training query (None or "und": not told), for
+    # per-language thresholds (TrainConfig.per_language); None when not told.
+    id_languages: list[str | None] | None = None
 
 
 @dataclass
@@ -95,6 +99,9 @@ class TrainConfig:
     neighbour_bank: int | None = None
     # Floor the combined detector's score with its OOD-free evidence (see COMBINED_FLOOR).
     floor: bool = False
+    # Also a conformal threshold per language of the ID training queries
+    # (TrainInputs.id_languages) with enough of them; see training._languages.
+    per_language: bool = False
 
 
 @dataclass
@@ -121,6 +128,10 @@ def check_config(cfg: TrainConfig, kb_shape: tuple[int, int] | None = None) -> N
         raise ConfigError(
             f"m={top}: {cfg.detector} models take at most {MAX_DIMS} input dimensions "
             "(the PCs and any extra features), the budget that keeps scoring in microseconds"
+        )
+    if cfg.per_language and cfg.threshold_rule != "frr":
+        raise ConfigError(
+            "per-language thresholds are conformal quantiles: they need the frr threshold rule"
         )
     if cfg.floor and cfg.detector != "combined":
         raise ConfigError(f"--floor applies to the combined detector, not {cfg.detector!r}")
@@ -352,6 +363,12 @@ def train(
     if inputs.kb.ndim != 2 or inputs.kb.shape[1] != int(inputs.encoder["dim"]):
         raise DataError(f"KB embeddings of shape {inputs.kb.shape} do not match the encoder")
     check_config(cfg, (int(inputs.kb.shape[0]), int(inputs.kb.shape[1])))
+    if cfg.per_language and inputs.id_languages is None:
+        raise DataError("per-language thresholds need the language of each ID training query")
+    if inputs.id_languages is not None and len(inputs.id_languages) != len(inputs.id_queries):
+        raise DataError(
+            f"{len(inputs.id_languages)} languages for {len(inputs.id_queries)} ID training queries"
+        )
     step("split")
     grouped = grouped_splits(
         inputs, cfg, lambda kind, done, n: step(f"grouping {kind} queries {done:,}/{n:,}")
@@ -398,6 +415,9 @@ def train(
     model = res.model.with_metrics(
         **{k: v for k, v in validation.items()}, val_auroc_search=res.val_auroc
     )
+    if cfg.per_language:
+        assert inputs.id_languages is not None
+        model = calibrate_languages(model, res, splits, inputs.id_languages, cfg.target_frr)
     if inputs.encoder_probes is not None:
         model = replace(
             model, encoder_probes=inputs.encoder_probes, encoder_probe_texts=PROBE_TEXTS

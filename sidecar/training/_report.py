@@ -44,6 +44,9 @@ class ReportData:
     notes: list[str] = field(default_factory=list)
     # The search's validation table: one row per candidate (see training.search).
     search: list[dict[str, Any]] = field(default_factory=list)
+    # Per-language calibration: language -> {"n", "threshold" (None: the global one),
+    # "calibration_frr"}; empty without one.
+    languages: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def pc_loadings(
@@ -166,6 +169,8 @@ def write_report(data: ReportData, out_dir: str | Path, *, m_metric: str = "accu
     lines.append("")
     for note in data.notes:
         lines += [f"> {note}", ""]
+    if data.languages:
+        lines += _language_table(data.languages, float(data.summary["threshold"]))
     if data.roc:
         _plot_roc(out / "roc.png", data.roc)
         lines += ["## ROC curves", "", "![ROC curves](roc.png)", ""]
@@ -205,6 +210,29 @@ def write_report(data: ReportData, out_dir: str | Path, *, m_metric: str = "accu
     (out / "summary.json").write_text(json.dumps(data.summary, indent=2, default=str) + "\n")
     log.info("report written to %s", page)
     return page
+
+
+def _language_table(langs: Mapping[str, Mapping[str, Any]], threshold: float) -> list[str]:
+    """The per-language thresholds: each language's calibration queries, its threshold
+    (or the global one it keeps) and the share of its queries that threshold refuses."""
+    rows = [
+        "## Per-language thresholds",
+        "",
+        "Each language with enough ID training queries for the conformal rank has its own "
+        "threshold, calibrated on its queries' held-out (or out-of-fold) scores; the others, "
+        f"and queries whose language is not told, meet the global one ({threshold:.6g}).",
+        "",
+        "| language | calibration queries | threshold | refused of them |",
+        "|---|---|---|---|",
+    ]
+    for lang, row in langs.items():
+        thr = row.get("threshold")
+        frr = row.get("calibration_frr")
+        shown = "global (too few)" if thr is None else f"{thr:.6g}"
+        rows.append(
+            f"| {lang} | {row.get('n')} | {shown} | {'-' if frr is None else f'{frr:.2%}'} |"
+        )
+    return [*rows, ""]
 
 
 def _m_table(curves: Mapping[str, list[tuple[int, float]]]) -> list[str]:

@@ -92,6 +92,10 @@ class SearchResult:
     table: list[dict[str, Any]]
     val_scores: tuple[np.ndarray, np.ndarray] | None  # (ID, OOD) scores of val_model
     val_model: OODModel
+    # (positions in splits.id_all, scores): the held-out or out-of-fold ID scores the
+    # shipped conformal threshold is the quantile of (None under the balanced rule); a
+    # per-language calibration reuses them.
+    calibration_scores: tuple[np.ndarray, np.ndarray] | None = None
 
 
 @dataclass(frozen=True)
@@ -208,8 +212,11 @@ def run_search(
         summary = "; ".join(f"{why} ({n} of {len(graded.table)})" for why, n in reasons.items())
         raise ConfigError(f"no candidate of {detector!r} could be fitted: {summary}")
     best_cand, best_model = graded.first
-    model = _refit_and_calibrate(splits, best_cand, oof, calibration, config.threshold_rule, how)
-    return _assemble(splits, model, best_cand, best_model, graded, config.threshold_rule)
+    model, cal_scores = _refit_and_calibrate(
+        splits, best_cand, oof, calibration, config.threshold_rule, how
+    )
+    result = _assemble(splits, model, best_cand, best_model, graded, config.threshold_rule)
+    return dataclasses.replace(result, calibration_scores=cal_scores)
 
 
 def _search_both_criteria(
@@ -366,23 +373,29 @@ def _refit_and_calibrate(
     calibration: str,
     threshold_rule: str,
     how: dict[str, Any],
-) -> OODModel:
+) -> tuple[OODModel, tuple[np.ndarray, np.ndarray] | None]:
     """The shipped model: ``cand`` cross-calibrated on every ID training query, or refitted
-    on fit + validation and calibrated on the calibration part."""
+    on fit + validation and calibrated on the calibration part; and the ID scores its
+    conformal threshold is the quantile of, with their positions in ``splits.id_all``
+    (None under the balanced rule)."""
     if calibration == "cross":
-        return cross_calibrated(splits, cand, oof=oof, **how)
+        model, done = cross_calibrated(splits, cand, oof=oof, **how)
+        return model, (np.arange(done.id_scores.size), done.id_scores)
     how["progress"].planned(1)
     model = fit_candidate(splits, cand, final=True, threshold_rule=threshold_rule, **how)
     n_cal = len(splits.id_cal)
     cal_groups = None if splits.id_groups is None else splits.id_groups[-n_cal:]
-    drift = expected_frr(
-        model.score(splits.id_cal), cal_groups, how["target_frr"], seed=how["seed"]
-    )
-    return dataclasses.replace(
+    s_cal = model.score(splits.id_cal)
+    drift = expected_frr(s_cal, cal_groups, how["target_frr"], seed=how["seed"])
+    model = dataclasses.replace(
         model,
         metrics={**model.metrics, "calibration": "split", "expected_frr": drift},
         params={**model.params, "calibration": "split"},
     )
+    if threshold_rule != "frr":
+        return model, None
+    n_all = len(splits.id_fit) + len(splits.id_val) + n_cal
+    return model, (np.arange(n_all - n_cal, n_all), s_cal)
 
 
 def _assemble(

@@ -50,6 +50,10 @@ class TrainingSplits:
     )
     # Topics every model fitted on these splits refuses (fit_ood_model(deny_topics=...)).
     deny: DenyTopics | None = field(default=None, compare=False, repr=False)
+    # Row of the ID training queries (as given to carve_splits) of each row of id_fit,
+    # id_val and id_cal (the order of id_all): per-query facts such as the language follow
+    # a query into its part. None for splits built otherwise.
+    id_rows: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @property
     def has_ood(self) -> bool:
@@ -322,4 +326,5 @@ def carve_splits(
         labels,
         ood_labels,
         deny=deny,
+        id_rows=np.concatenate([np.sort(part) for part in (fit, val, cal)]),
     )

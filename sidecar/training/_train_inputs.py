@@ -78,6 +78,9 @@ class InputSources:
     check_rows: int = CHECK_ROWS
     # Topics the model refuses: "builtin" or a text file (read_deny_topics); None: none.
     deny_topics: str | Path | None = None
+    # Tell the language of each ID training query (TrainInputs.id_languages), for
+    # per-language thresholds: the ID queries must then come as texts.
+    per_language: bool = False
 
     @classmethod
     def from_options(cls, opts: Mapping[str, Any]) -> InputSources:
@@ -171,6 +174,11 @@ def load_inputs(
     the settings and ``sources.encoder`` name.
     """
     plan = _plan(sources)
+    if sources.per_language and plan["ID"] is not None and plan["ID"][0] == "id_embeddings":
+        raise ConfigError(
+            "--per-language tells each ID query's language from its text: give --id-queries "
+            "(or --id-queries-sql) instead of --id-embeddings"
+        )
     topics = read_deny_topics(sources.deny_topics) if sources.deny_topics else ()
     inputs: dict[str, _Input | None] = {}
     with contextlib.ExitStack() as stack:
@@ -228,6 +236,7 @@ def load_inputs(
         encoder_source=source,
         deny_topics=topics,
         deny_embeddings=deny,
+        id_languages=_languages(id_q, enc_record, settings) if sources.per_language else None,
     )
     log.info(
         "training inputs: %s KB docs, %s ID, %s OOD queries",
@@ -236,6 +245,16 @@ def load_inputs(
         0 if train_inputs.ood_queries is None else len(train_inputs.ood_queries),
     )
     return train_inputs, embed_s
+
+
+def _languages(given: _Input, encoder: Mapping[str, Any], settings: Settings) -> list[str | None]:
+    """The language of each of ``given``'s texts, told as the worker tells a query's (among
+    the encoder's languages, or ``scoring.languages``)."""
+    from sidecar.encoders import LanguageDetector, detector_languages
+
+    assert given.texts is not None  # an .npy input was refused before anything was read
+    langs = detector_languages(str(encoder["name"]), settings.scoring.languages)
+    return list(LanguageDetector(langs).detect(given.texts))
 
 
 def _embed(

@@ -84,6 +84,7 @@ def report_data(
         _loadings(inputs, cfg, model),
         notes,
         list(result.search.table),
+        dict(model.metrics.get("language_calibration") or {}),
     )
 
 
@@ -219,6 +220,7 @@ def _summary(
         "target_frr": cfg.target_frr,
         "threshold_rule": cfg.threshold_rule,
         "calibration": model.metrics.get("calibration", "split"),
+        **({"language_thresholds": model.language_thresholds} if cfg.per_language else {}),
         "params": result.search.best.describe(),
         **result.validation,
         **result.stats,

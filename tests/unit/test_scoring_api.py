@@ -53,6 +53,7 @@ def test_all_is_pinned() -> None:
             "recalibrate_by_language",
             "select_evr",
             "select_pvalue",
+            "with_language_thresholds",
         ]
     )
     for name in scoring.__all__:

@@ -80,12 +80,17 @@ MULTILINGUAL = {"xsid", "sib200"}
 def test_eval_report_still_reads_every_recorded_eval(tmp_path: Path) -> None:
     recorded = sorted(BENCHMARKS.glob("eval_*.json"))
     # xsid / sib200 runs are per-language reports of another shape (no eval-report draws)
-    monolingual = [
-        src for src in recorded if json.loads(src.read_text())["benchmark"] not in MULTILINGUAL
-    ]
-    assert monolingual
-    for src in monolingual:
+    docs = {src: json.loads(src.read_text()) for src in recorded}
+    monolingual = [src for src, d in docs.items() if d["benchmark"] not in MULTILINGUAL]
+    # unseen-OOD runs report per held-out family, and are refused by name
+    unseen = [src for src in monolingual if docs[src].get("ood_protocol") == "unseen-ood"]
+    standard = [src for src in monolingual if src not in unseen]
+    assert standard and unseen
+    for src in standard:
         assert read_eval_json(src)["kbs"], src
+    for src in unseen:
+        with pytest.raises(DataError, match="unseen-ood report"):
+            read_eval_json(src)
     src = tmp_path / "eval.json"
     src.write_text(json.dumps(_eval_doc()))
     res = _invoke("eval-report", str(src))

@@ -27,8 +27,8 @@ def read_eval_json(path: str | Path) -> dict[str, Any]:
         raise DataError(f"{p} is not JSON: {exc}") from exc
     if isinstance(doc, dict) and doc.get("ood_protocol", "standard") != "standard":
         raise DataError(
-            f"{p} is a {doc['ood_protocol']} report; the eval report draws the standard OOD "
-            "protocol's (its figures per held-out family are in the JSON itself)"
+            f"{p} is a report of the {doc['ood_protocol']} OOD protocol; the eval report "
+            "draws the standard protocol's (its figures per held-out family are in the JSON)"
         )
     missing = [k for k in ("benchmark", "kbs", "mean") if not isinstance(doc, dict) or k not in doc]
     if missing:

@@ -89,7 +89,7 @@ def test_eval_report_still_reads_every_recorded_eval(tmp_path: Path) -> None:
     for src in standard:
         assert read_eval_json(src)["kbs"], src
     for src in unseen:
-        with pytest.raises(DataError, match="unseen-ood report"):
+        with pytest.raises(DataError, match="report of the unseen-ood OOD protocol"):
             read_eval_json(src)
     src = tmp_path / "eval.json"
     src.write_text(json.dumps(_eval_doc()))

@@ -162,6 +162,7 @@ def test_the_alert_rules_cover_the_issue_and_read_exported_metrics(
     assert set(alerts) == {
         "OodSidecarWorkerNotReady",
         "OodSidecarDeadLettersRising",
+        "OodSidecarEmbeddingFallbacks",
         "OodSidecarModelLoadFailed",
         "OodSidecarReplicaModelBehind",
         "OodSidecarNoModel",
@@ -199,6 +200,7 @@ def test_the_alert_thresholds_selector_and_labels_are_values(render: Any) -> Non
             "selector": 'service="custom"',
             "additionalLabels": {"team": "rag"},
             "deadLetterRate": 2.5,
+            "embeddingFallbackRate": 0.5,
             "notReadyFor": "3m",
             "versionSkewFor": "90s",
             "consumerLag": 500,
@@ -209,6 +211,8 @@ def test_the_alert_thresholds_selector_and_labels_are_values(render: Any) -> Non
     }
     alerts = {r["alert"]: r for r in _rules(render(values)) if "alert" in r}
     assert "> 2.5" in alerts["OodSidecarDeadLettersRising"]["expr"]
+    fallbacks = alerts["OodSidecarEmbeddingFallbacks"]["expr"]
+    assert "sidecar_embedding_fallbacks_total{" in fallbacks and "> 0.5" in fallbacks
     assert alerts["OodSidecarWorkerNotReady"]["for"] == "3m"
     assert alerts["OodSidecarReplicaModelBehind"]["for"] == "90s"
     assert "> 500" in alerts["OodSidecarConsumerLagHigh"]["expr"]
@@ -229,6 +233,7 @@ def test_the_alert_thresholds_selector_and_labels_are_values(render: Any) -> Non
         {"prometheusRule": {"enabled": True, "oodShareJump": {"factor": 0.5}}},
         {"prometheusRule": {"enabled": True, "oodShareOffCalibration": {"minDifference": 0}}},
         {"prometheusRule": {"enabled": True, "deadLetterRate": 0}},
+        {"prometheusRule": {"enabled": True, "embeddingFallbackRate": -1}},
         {"prometheusRule": {"enabled": True, "tresholds": {}}},
         {"grafanaDashboard": {"enabled": "yes"}},
     ],

@@ -31,10 +31,10 @@ Verdict (``kafka.verdicts_topic``, keyed by ``id``, header ``model_version``)::
 A scored verdict says whose embedding it scored: ``client`` (the record's own) or
 ``sidecar`` (its text, embedded by the worker's encoder). ``embedding_fallback`` names
 the reason code of a client embedding that was refused and replaced by the worker's
-(``scoring.embedding_fallback=encode``). ``language`` is the language whose threshold
-the query met (``und``: the detector could not tell; absent: no language was given and
-none detected) and ``language_source`` says who told it: ``client`` (the record's
-``language`` or header) or ``detected``.
+(``scoring.embedding_fallback=encode``). ``language`` is the query's language, whose
+threshold it met where the model has one (``und``: the detector could not tell; absent:
+no language was given and none detected), and ``language_source`` says who told it:
+``client`` (the record's ``language`` or header) or ``detected``.
 
 Dead letter (``kafka.dlq_topic``)::
 

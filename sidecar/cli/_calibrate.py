@@ -43,7 +43,8 @@ from sidecar.cli._store_access import _settings, _store_options, promoted_suffix
     "--id-queries",
     type=click.Path(path_type=Path),
     default=None,
-    help='In-domain queries from the traffic to serve, JSONL {"text"}; never trained on.',
+    help='In-domain queries from the traffic to serve, JSONL {"text"} (and "language" for '
+    "--per-language); never trained on.",
 )
 @click.option(
     "--id-embeddings",
@@ -76,8 +77,9 @@ from sidecar.cli._store_access import _settings, _store_options, promoted_suffix
     "--per-language",
     is_flag=True,
     help="Also give each language with enough of the --id-queries (1/rate - 1, as above) "
-    "a threshold of its own, each query's language told by the language detector "
-    "(scoring.languages); the others keep the global threshold.",
+    'a threshold of its own, each query\'s language the one its line gives ("language", '
+    "a tag such as nl or pt-BR), else told by the language detector (scoring.languages); "
+    "the others keep the global threshold.",
 )
 @click.option(
     "--out", type=click.Path(path_type=Path), default=None, help="Write the new artifact here."
@@ -131,9 +133,11 @@ def calibrate_command(**opts: Any) -> None:
     model = servable_model(
         art, refused="nothing was recalibrated", workers=settings if promotes else None
     )
+    langs, given = None, 0
+    if opts["per_language"]:  # a bad "language" line is refused before anything is encoded
+        langs, given = _languages(model, settings, opts["id_queries"])
     embed = query_embeddings(model, settings, opts)
     E = embed(opts["id_queries"], opts["id_embeddings"], "ID")
-    langs = _languages(model, settings, opts["id_queries"]) if opts["per_language"] else None
     live = None
     if opts["live_queries"] or opts["live_embeddings"]:
         live = embed(opts["live_queries"], opts["live_embeddings"], "live")
@@ -152,6 +156,10 @@ def calibrate_command(**opts: Any) -> None:
         f"  threshold {model.threshold:.4f} refused {old['frr_on_recalibration_queries']:.2%} "
         f"of them; the new {new.threshold:.4f} refuses {new.metrics['calibration_frr']:.2%}"
     )
+    if langs is not None:
+        click.echo(
+            f"  languages: {given} given in the queries' lines, {len(langs) - given} detected"
+        )
     for lang, row in (new.metrics.get("language_calibration") or {}).items():
         own = "global" if row["threshold"] is None else f"{row['threshold']:.4f}"
         click.echo(f"  {lang}: {row['n']} queries, threshold {own}")
@@ -180,14 +188,15 @@ def calibrate_command(**opts: Any) -> None:
         click.echo(f"published {artifact.kb}/{version}{promoted_suffix(event, promote)}")
 
 
-def _languages(model: Any, settings: Any, queries: Path) -> list[str]:
-    """The detected language of each query of ``queries`` (JSONL), among the languages of
-    the model's encoder or ``scoring.languages``."""
-    from sidecar.encoders import LanguageDetector, detector_languages
-    from sidecar.training import read_queries
+def _languages(model: Any, settings: Any, queries: Path) -> tuple[list[str | None], int]:
+    """The language of each query of ``queries`` (JSONL): the one its line gives, else the
+    detector's among the languages of the model's encoder or ``scoring.languages``; and
+    how many the lines gave."""
+    from sidecar.training import query_languages, read_query_rows
 
-    langs = detector_languages(str(model.encoder["name"]), settings.scoring.languages)
-    return LanguageDetector(langs).detect(read_queries(queries))
+    rows = read_query_rows(queries, languages=True)
+    name = str(model.encoder["name"])
+    return query_languages(rows.texts, rows.languages, name, settings.scoring.languages)
 
 
 def _check_options(opts: dict[str, Any]) -> None:

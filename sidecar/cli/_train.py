@@ -134,8 +134,9 @@ class _FitBar:
     help="Also give each language of the ID training queries a threshold of its own, "
     "calibrated conformally on that language's held-out (or out-of-fold) scores, where it "
     "has enough of them (1/rate - 1: 99 for 0.01, 19 for 0.05); each query's language is "
-    "told by the language detector (scoring.languages), and other languages keep the "
-    "global threshold. Needs the ID queries as texts and the frr threshold rule.",
+    'the one its JSONL line gives ("language", a tag such as nl or pt-BR), else told by '
+    "the language detector (scoring.languages), and other languages keep the global "
+    "threshold. Needs the ID queries as texts and the frr threshold rule.",
 )
 @seed_option
 @click.option("--out", required=True, type=_PATH, help="Artifact directory to write.")
@@ -338,6 +339,11 @@ def _print_summary(release: Any, cfg: Any, criterion: str, *, has_ood: bool) -> 
         + ("" if stats["near_duplicates_grouped"] else " (near-duplicates not grouped)")
     )
     click.echo(f"  threshold: {threshold_summary(m.metrics, cfg.target_frr)}")
+    if "id_languages_given" in stats:
+        click.echo(
+            f"  ID query languages: {stats['id_languages_given']} given in their rows, "
+            f"{stats['id_languages_detected']} detected"
+        )
     for line in language_lines(m.metrics):
         click.echo(f"  {line}")
     drift = m.metrics.get("expected_frr")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from sidecar._language_tags import ALIASES
 from sidecar.encoders._registry import encoder_spec
 from sidecar.errors import ConfigError
 
@@ -27,8 +28,10 @@ log = logging.getLogger(__name__)
 
 UNDETERMINED = "und"
 DEFAULT_MIN_CONFIDENCE = 0.5
-# py3langid writes Norwegian Bokmål and Nynorsk as "no" / "nn"; xSID and the encoders say "no".
-_ALIASES = {"nb": "no"}
+# py3langid writes Norwegian Bokmål and Nynorsk as "no" / "nn"; xSID and the encoders say
+# "no". The one table of such spellings is the client tags' (sidecar._language_tags), so a
+# language the client gives and one told here are the same code.
+_ALIASES = ALIASES
 
 
 class LanguageDetector:

@@ -4,7 +4,8 @@
 ``BatchScorer`` and ``Publisher`` are the scoring path and its output (``score_once``
 runs that path once, without Kafka); the record shapes and dead-letter reason codes live
 in :mod:`sidecar.stream._records`. A query may carry its own embedding
-(:mod:`sidecar.stream._embedding`); :func:`probe_sheet` and :func:`check_probe_embeddings`
+(:mod:`sidecar.stream._embedding`) and its language (``LANGUAGE_HEADER``,
+:mod:`sidecar.stream._query_language`); :func:`probe_sheet` and :func:`check_probe_embeddings`
 let a client prove that its encoder is the model's before it sends any. The explanation agent
 (:func:`register_explain_agent`) wraps the rule miners of :mod:`sidecar.explain` in the
 same app.
@@ -19,6 +20,7 @@ from sidecar.stream._encoder_proof import ProbeCheck, check_probe_embeddings, pr
 from sidecar.stream._encoder_thread import EncoderThread
 from sidecar.stream._metrics import StreamMetrics
 from sidecar.stream._publish import Publisher, TopicNames
+from sidecar.stream._query_language import LANGUAGE_HEADER
 from sidecar.stream._records import (
     NO_MODEL,
     REASONS,
@@ -36,6 +38,7 @@ from sidecar.stream._topics import bootstrap_servers, ensure_topics, reach_broke
 
 __all__ = [
     "ENCODER_HEADER",
+    "LANGUAGE_HEADER",
     "NO_MODEL",
     "REASONS",
     "STAGES",

@@ -15,6 +15,7 @@ KB even when a hot swap lands in the middle of it.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -30,6 +31,8 @@ from sidecar.stream._encoder_thread import (
     LanguageTeller,
     TextEncoder,
 )
+from sidecar.stream._query_language import CLIENT as CLIENT_LANGUAGE
+from sidecar.stream._query_language import DETECTED, LANGUAGE_SOURCE, tell_languages
 from sidecar.stream._records import (
     NO_MODEL,
     PARSE_FAILED,
@@ -126,8 +129,9 @@ class BatchScorer:
     encode_batch_size : int
         Batch size handed to the encoder.
     languages : LanguageTeller, optional
-        Tells each query's language: the verdict carries it, and a model with a threshold
-        for that language applies it. None: no language.
+        Tells the language of each query whose client gave none (the record's
+        ``language``): the verdict carries the language and who told it, and a model with
+        a threshold for that language applies it. None: only the clients' languages.
     embedding_fallback : {"dead_letter", "encode"}
         What becomes of a query whose own embedding cannot be used (see
         :mod:`sidecar.stream._embedding`): a dead letter with the problem's reason code,
@@ -203,7 +207,7 @@ class BatchScorer:
                 for j in to_encode:
                     results[scored[j]] = self._fail_mode_verdict(queries[j], ENCODER_UNAVAILABLE)
                 live = [j for j in live if rows[j] is not None]
-            langs = await self._languages([queries[j] for j in live]) if live else None
+            langs, told = await self._languages([queries[j] for j in live])
             t2 = time.perf_counter()
             out.timings["encode"] = t2 - t1
             for j, err in failed.items():
@@ -212,8 +216,11 @@ class BatchScorer:
                     q.raw, SCORING_FAILED, f"encoder: {err}", _version(snapshot.get(q.kb))
                 )
             ok = [j for j in live if j not in failed]
-            lang_of = dict(zip(live, langs, strict=True)) if langs is not None else None
-            decided = self._detect(queries, rows, ok, snapshot, lang_of, to_encode, fallbacks)
+            lang_of = {live[k]: lang for k, lang in langs.items()}
+            by_client = frozenset(live[k] for k in told)
+            decided = self._detect(
+                queries, rows, ok, snapshot, lang_of, to_encode, fallbacks, by_client
+            )
             for j, verdict in decided.items():
                 results[scored[j]] = verdict
             out.timings["detect"] = time.perf_counter() - t2
@@ -283,17 +290,15 @@ class BatchScorer:
                 E[j] = r
         return E, failed
 
-    async def _languages(self, queries: list[Query]) -> list[str] | None:
-        """Each query's language (None without a detector, or when it fails: the
-        queries then meet the global thresholds)."""
-        if self.languages is None:
-            return None
-        try:
-            langs = await self.encoder_thread.detect(self.languages, [q.text for q in queries])
-        except Exception as exc:  # a detector failure must not drop the batch
-            log.warning("language detection of %s texts failed: %s", len(queries), exc)
-            return None
-        return langs if len(langs) == len(queries) else None
+    async def _languages(self, queries: list[Query]) -> tuple[dict[int, str], frozenset[int]]:
+        """Each query's language, by position (the client's, else the detector's; none
+        without either, or when the detector fails: the query then meets the global
+        threshold), and the positions whose client gave it."""
+        teller = self.languages
+        detect = None if teller is None else functools.partial(self.encoder_thread.detect, teller)
+        return await tell_languages(
+            [q.language for q in queries], [q.text for q in queries], detect
+        )
 
     def _detect(
         self,
@@ -304,12 +309,14 @@ class BatchScorer:
         langs: Mapping[int, str] | None = None,
         encoded: Sequence[int] = (),
         fallbacks: Mapping[int, str] | None = None,
+        told: frozenset[int] = frozenset(),
     ) -> dict[int, Verdict | DeadLetter]:
         """Score the embedded queries ``ok`` per KB with that KB's model of this snapshot.
 
-        ``rows[j]`` is query ``j``'s embedding; ``encoded`` the queries the worker's
-        encoder embedded (the others brought their own); ``fallbacks`` the reason codes of
-        client embeddings replaced by the worker's.
+        ``rows[j]`` is query ``j``'s embedding; ``langs[j]`` its language (missing: none);
+        ``encoded`` the queries the worker's encoder embedded (the others brought their
+        own); ``fallbacks`` the reason codes of client embeddings replaced by the
+        worker's; ``told`` the queries whose client gave the language.
         """
         decided: dict[int, Verdict | DeadLetter] = {}
         by_kb: dict[str, list[int]] = {}
@@ -327,9 +334,10 @@ class BatchScorer:
                     decided[j] = DeadLetter(q.raw, SCORING_FAILED, detail, loaded.version)
                     continue
                 extra: dict[str, Any] = {}
-                lang = None
-                if langs is not None:
-                    lang = extra["language"] = langs[j]
+                lang = langs.get(j) if langs is not None else None
+                if lang is not None:
+                    extra["language"] = lang
+                    extra[LANGUAGE_SOURCE] = CLIENT_LANGUAGE if j in told else DETECTED
                 extra[EMBEDDING_SOURCE] = SIDECAR if j in ours else CLIENT
                 if fallbacks and j in fallbacks:
                     extra[EMBEDDING_FALLBACK] = fallbacks[j]

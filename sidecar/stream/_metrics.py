@@ -18,6 +18,7 @@ from sidecar.stream._batch import (
     STAGES,
     BatchOutcome,
 )
+from sidecar.stream._query_language import LANGUAGE_SOURCE, LANGUAGE_SOURCES
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -56,6 +57,15 @@ class StreamMetrics:
         )
         for source in EMBEDDING_SOURCES:  # both series exist from the start, at 0
             self.embedding_source.labels(source)
+        self.language_source = Counter(
+            "sidecar_query_languages",
+            "Queries scored with a language, by who told it: client (the record's language "
+            "field or sidecar-language header) or detected (the worker's language detector)",
+            ["source"],
+            registry=r,
+        )
+        for source in LANGUAGE_SOURCES:
+            self.language_source.labels(source)
         self.embedding_fallbacks = Counter(
             "sidecar_embedding_fallbacks",
             "Client embeddings refused and replaced by the worker's encoder "
@@ -143,6 +153,9 @@ class StreamMetrics:
                 fallback = v.extra.get(EMBEDDING_FALLBACK)
                 if fallback is not None:
                     self.embedding_fallbacks.labels(fallback).inc()
+            told = v.extra.get(LANGUAGE_SOURCE)
+            if told is not None:
+                self.language_source.labels(told).inc()
             start = v.query.raw.timestamp_ms
             if start is not None:
                 self.latency.observe(max(now_ms - start, 0.0) / 1000.0)

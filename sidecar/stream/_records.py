@@ -3,7 +3,7 @@
 Input (``kafka.queries_topic``), JSON::
 
     {"id": str, "text": str, "kb": str?, "ts": epoch ms?, "meta": object?,
-     "embedding": str | [number, ...]?, "encoder": str?}
+     "embedding": str | [number, ...]?, "encoder": str?, "language": str?}
 
 ``embedding`` is the query's embedding by the client's own encoder: a base64 string of
 little-endian float32 (what OpenAI-style ``/v1/embeddings`` answers with
@@ -14,17 +14,27 @@ what makes one usable and ``scoring.embedding_fallback`` for what happens to one
 not. ``text`` is still required: a refused embedding falls back to it, and the language
 detector reads it.
 
+``language`` is the query's language as the client knows it (a BCP-47 tag: ``nl``,
+``nl-NL``, ``pt_BR``, ``zh-Hant``), or the record's ``sidecar-language`` header says it
+(the field wins). Its primary subtag, lowercased (``nl``, ``pt``, ``zh``), picks the
+model's threshold for that language instead of the detector's guess, and the detector
+does not read the query. See ``sidecar._language_tags`` for what is a tag.
+
 Verdict (``kafka.verdicts_topic``, keyed by ``id``, header ``model_version``)::
 
     {"id", "kb", "verdict": "ID"|"OOD", "score", "threshold", "detector",
      "model_version", "latency_ms", "ts"}
     (+ "truncated": true, + "reason": "no_model" | "encoder_unavailable",
-     + "embedding_source": "client" | "sidecar", + "embedding_fallback": reason code)
+     + "embedding_source": "client" | "sidecar", + "embedding_fallback": reason code,
+     + "language": code, + "language_source": "client" | "detected")
 
 A scored verdict says whose embedding it scored: ``client`` (the record's own) or
 ``sidecar`` (its text, embedded by the worker's encoder). ``embedding_fallback`` names
 the reason code of a client embedding that was refused and replaced by the worker's
-(``scoring.embedding_fallback=encode``).
+(``scoring.embedding_fallback=encode``). ``language`` is the query's language, whose
+threshold it met where the model has one (``und``: the detector could not tell; absent:
+no language was given and none detected), and ``language_source`` says who told it:
+``client`` (the record's ``language`` or header) or ``detected``.
 
 Dead letter (``kafka.dlq_topic``)::
 
@@ -48,6 +58,9 @@ import math
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from sidecar.errors import DataError
+from sidecar.stream._query_language import client_language
 
 # Reason codes of the dead-letter topic (stable: dashboards and alerts key on them).
 UNDECODABLE = "undecodable"  # the value is not UTF-8
@@ -78,6 +91,9 @@ EMBEDDING_DIMENSION = "embedding_dimension"
 ENCODER_MISSING = "encoder_missing"
 # the named encoder is not the one the model that scores the query was built with
 ENCODER_MISMATCH = "encoder_mismatch"
+# "language" (or the sidecar-language header) is not a language tag: not a string, empty,
+# over 35 characters, or not one BCP-47 tag such as "nl" or "pt-BR"
+LANGUAGE_MALFORMED = "language_malformed"
 
 REASONS = (
     UNDECODABLE,
@@ -97,6 +113,7 @@ REASONS = (
     EMBEDDING_DIMENSION,
     ENCODER_MISSING,
     ENCODER_MISMATCH,
+    LANGUAGE_MALFORMED,
 )
 
 # The id is the verdict's Kafka key and is repeated in its value: a bound keeps every
@@ -130,7 +147,7 @@ class Raw:
     partition: int
     offset: int
     timestamp_ms: float | None = None  # the record's Kafka timestamp
-    # The record's headers as consumed (only the encoder's name is read from them).
+    # The record's headers as consumed (only the encoder's name and the language are read).
     headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
@@ -140,7 +157,8 @@ class Query:
 
     ``embedding`` and ``encoder`` are the record's fields as read (None when absent): the
     vector is decoded and checked when its batch is scored, against the model that scores
-    it (:func:`sidecar.stream._embedding.client_embedding`).
+    it (:func:`sidecar.stream._embedding.client_embedding`). ``language`` is the code of
+    the language the client gave (field or header), None when it gave none.
     """
 
     raw: Raw
@@ -152,6 +170,7 @@ class Query:
     truncated: bool = False
     embedding: Any = None
     encoder: Any = None
+    language: str | None = None
 
 
 @dataclass(frozen=True)
@@ -228,6 +247,10 @@ def parse_query(raw: Raw, policy: InputPolicy) -> Query | Rejected:
     meta = doc.get("meta")
     if meta is not None and not isinstance(meta, dict):
         return reject(BAD_FIELD, "'meta' must be an object", kb)
+    try:
+        language = client_language(doc.get("language"), raw.headers)
+    except DataError as exc:
+        return reject(LANGUAGE_MALFORMED, str(exc), kb)
     if kb not in policy.kbs:
         return reject(UNKNOWN_KB, f"kb {quote(kb)} is not served here", kb)
     truncated = False
@@ -250,6 +273,7 @@ def parse_query(raw: Raw, policy: InputPolicy) -> Query | Rejected:
         truncated=truncated,
         embedding=embedding,
         encoder=encoder,
+        language=language,
     )
 
 

@@ -6,9 +6,11 @@ winner; :func:`build_report` writes its report, and :func:`release_model` does a
 and writes the artifact. Around it: the embedding cache, the search and its grid, the
 splits, the metrics, the release check (:func:`holdout_figures`, :func:`check_release`)
 and the recalibration of a trained model on new ID queries (:func:`recalibrate_release`).
-Inputs come from JSONL, ``.npy``, Parquet (:func:`read_parquet`, :func:`parquet_batches`)
-or PostgreSQL (:class:`PostgresSource`), the last two as :class:`RowBatch` batches
-gathered into :class:`SourceRows`.
+Inputs come from JSONL (:func:`read_query_rows`), ``.npy``, Parquet (:func:`read_parquet`,
+:func:`parquet_batches`) or PostgreSQL (:class:`PostgresSource`), the last two as
+:class:`RowBatch` batches gathered into :class:`SourceRows`. For per-language thresholds a
+query's language is the one its JSONL row gives, else the language detector's
+(:func:`query_languages`).
 """
 
 from sidecar.training._cache import EmbeddingCache
@@ -26,7 +28,8 @@ from sidecar.training._job import (
     parse_m_range,
     train,
 )
-from sidecar.training._jsonl import KBDocument, read_kb, read_queries
+from sidecar.training._jsonl import KBDocument, QueryRows, read_kb, read_queries, read_query_rows
+from sidecar.training._languages import query_languages
 from sidecar.training._metrics import (
     METRIC_KEYS,
     auroc,
@@ -74,6 +77,7 @@ __all__ = [
     "KBDocument",
     "PostgresSource",
     "QueryEmbeddings",
+    "QueryRows",
     "Recalibration",
     "Release",
     "ReleaseConfig",
@@ -105,10 +109,12 @@ __all__ = [
     "paper_accuracy",
     "parquet_batches",
     "parse_m_range",
+    "query_languages",
     "read_deny_topics",
     "read_kb",
     "read_parquet",
     "read_queries",
+    "read_query_rows",
     "recalibrate_release",
     "release_model",
     "resolve_calibration",

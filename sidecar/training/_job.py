@@ -79,6 +79,9 @@ class TrainInputs:
     # The language told for each ID training query (None or "und": not told), for
     # per-language thresholds (TrainConfig.per_language); None when not told.
     id_languages: list[str | None] | None = None
+    # How many of id_languages the queries' rows gave (their "language"); the language
+    # detector told the others.
+    id_languages_given: int = 0
 
 
 @dataclass
@@ -417,6 +420,9 @@ def train(
     )
     if cfg.per_language:
         assert inputs.id_languages is not None
+        # whose word each ID query's language is: its row's, or the detector's
+        stats["id_languages_given"] = inputs.id_languages_given
+        stats["id_languages_detected"] = len(inputs.id_languages) - inputs.id_languages_given
         model = calibrate_languages(model, res, splits, inputs.id_languages, cfg.target_frr)
     if inputs.encoder_probes is not None:
         model = replace(

@@ -1,8 +1,10 @@
 """Readers for the training job's inputs: a KB and query sets as JSONL.
 
 KB lines are ``{"id": ..., "text": ...}``; query lines are ``{"text": ...}``, optionally with
-a ``"group"`` (string or integer) naming the queries that paraphrase each other (other keys
-are ignored). Every error names the file and the 1-based line number.
+a ``"group"`` (string or integer) naming the queries that paraphrase each other and a
+``"language"`` (a BCP-47 tag such as ``"nl"`` or ``"pt-BR"``, read where per-language
+thresholds ask for the queries' languages; see :mod:`sidecar._language_tags`). Other keys
+are ignored. Every error names the file and the 1-based line number.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar._input_files import input_file
+from sidecar._language_tags import language_code
 from sidecar.errors import DataError
 
 DEMO_KB = "demo_kb.jsonl"
@@ -79,17 +82,48 @@ def read_queries(path: str | Path) -> list[str]:
     return [rec["text"].strip() for _, rec in _records(Path(path))]
 
 
+@dataclass(frozen=True)
+class QueryRows:
+    """Query lines as read: texts, a group number per text (None when no line has a
+    ``group``) and, when asked for, the language code each line gives (None for a line
+    without one; the list None when they were not read)."""
+
+    texts: list[str]
+    groups: list[int] | None
+    languages: list[str | None] | None = None
+
+
+def read_query_rows(path: str | Path, *, languages: bool = False) -> QueryRows:
+    """Query texts, their groups (:func:`read_query_groups`) and, with ``languages``,
+    each line's ``language`` as a language code (``"nl"`` for ``"nl-NL"``); a value that
+    is not a language tag is a :class:`~sidecar.errors.DataError` naming its line."""
+    p = Path(path)
+    records = _records(p)
+    langs: list[str | None] | None = None
+    if languages:
+        langs = []
+        for lineno, rec in records:
+            value = rec.get("language")
+            try:
+                langs.append(None if value is None else language_code(value))
+            except DataError as exc:
+                raise DataError(f"{p}:{lineno}: {exc}") from None
+    return QueryRows([rec["text"].strip() for _, rec in records], _groups(p, records), langs)
+
+
 def read_query_groups(path: str | Path) -> tuple[list[str], list[int] | None]:
     """Query texts and a group number per text (None when no line has a ``group``).
 
     Lines with the same ``group`` share a number (an integer ``3`` and a string ``"3"``
     name the same group); a line without one is a group of its own.
     """
-    p = Path(path)
-    records = _records(p)
-    texts = [rec["text"].strip() for _, rec in records]
+    rows = read_query_rows(path)
+    return rows.texts, rows.groups
+
+
+def _groups(p: Path, records: list[tuple[int, dict[str, Any]]]) -> list[int] | None:
     if not any("group" in rec for _, rec in records):
-        return texts, None
+        return None
     number: dict[str, int] = {}
     groups = []
     for lineno, rec in records:
@@ -101,7 +135,7 @@ def read_query_groups(path: str | Path) -> tuple[list[str], list[int] | None]:
         if not isinstance(g, str | int) or isinstance(g, bool) or str(g) == "":
             raise DataError(f"{p}:{lineno}: field 'group' must be a string or an integer")
         groups.append(number.setdefault(f"group {g}", len(number)))
-    return texts, groups
+    return groups
 
 
 def demo_path(name: str) -> Path:

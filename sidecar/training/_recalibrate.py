@@ -39,7 +39,7 @@ def recalibrate_release(
     model: OODModel,
     E: np.ndarray,
     target_frr: float | None = None,
-    languages: Sequence[str] | None = None,
+    languages: Sequence[str | None] | None = None,
     live: np.ndarray | None = None,
 ) -> Recalibration:
     """``model`` recalibrated on ``E`` for ``target_frr`` (default: the model's own target);

@@ -40,13 +40,15 @@ class RowBatch:
 @dataclass(frozen=True)
 class SourceRows:
     """One input read whole: texts (stripped), their ids (KB) and group numbers (queries,
-    None when no row names a group), and the stored embeddings, (n, dim) float32, or None."""
+    None when no row names a group), the stored embeddings, (n, dim) float32, or None,
+    and the language code each query row gives (None: not read, or not given)."""
 
     given: str
     texts: list[str]
     ids: list[str]
     groups: list[int] | None
     embeddings: np.ndarray | None
+    languages: list[str | None] | None = None
 
 
 class RowCollector:

@@ -31,8 +31,9 @@ from sidecar.training._jsonl import (
     DEMO_OOD_QUERIES,
     demo_path,
     read_kb,
-    read_query_groups,
+    read_query_rows,
 )
+from sidecar.training._languages import query_languages
 from sidecar.training._source_rows import SourceRows
 from sidecar.training._sources_parquet import is_parquet, read_parquet
 from sidecar.training._stored_embeddings import CHECK_ROWS, check_stored_embeddings
@@ -140,9 +141,12 @@ def _plan(sources: InputSources) -> dict[str, tuple[str, Any] | None]:
     return {w: None if f is None else (f, getattr(sources, f)) for w, f in plan.items()}
 
 
-def _read(what: str, field: str, value: Any, pg: Any, progress: bool) -> _Input:
+def _read(
+    what: str, field: str, value: Any, pg: Any, progress: bool, languages: bool = False
+) -> _Input:
     """Read one input from the option ``field`` (its value ``value``); ``pg`` is the open
-    :class:`~sidecar.training.PostgresSource` where some input comes from PostgreSQL."""
+    :class:`~sidecar.training.PostgresSource` where some input comes from PostgreSQL;
+    ``languages``: also the ``language`` of each JSONL query line."""
     kb = what == "KB"
     if field.endswith("_embeddings"):
         return _Input(str(value), array=load_npy(value, f"{what} embeddings"))
@@ -154,11 +158,11 @@ def _read(what: str, field: str, value: Any, pg: Any, progress: bool) -> _Input:
         return _Input(rows.given, rows=rows, array=rows.embeddings)
     if kb:
         docs = read_kb(value)
-        ids, texts, groups = [d.id for d in docs], [d.text for d in docs], None
+        rows = SourceRows(str(value), [d.text for d in docs], [d.id for d in docs], None, None)
     else:
-        texts, groups = read_query_groups(value)
-        ids = []
-    return _Input(str(value), rows=SourceRows(str(value), texts, ids, groups, None))
+        q = read_query_rows(value, languages=languages)
+        rows = SourceRows(str(value), q.texts, [], q.groups, None, q.languages)
+    return _Input(str(value), rows=rows)
 
 
 def load_inputs(
@@ -197,7 +201,8 @@ def load_inputs(
                     "ID training queries are required: --id-queries or --id-embeddings (or "
                     "--id-queries-sql)"
                 )
-            inputs[what] = None if chosen is None else _read(what, *chosen, pg, progress)
+            langs = sources.per_language and what == "ID"
+            inputs[what] = None if chosen is None else _read(what, *chosen, pg, progress, langs)
     t0 = time.perf_counter()
     name = str(sources.encoder or settings.scoring.encoder)
     probes, source = None, None
@@ -222,6 +227,7 @@ def load_inputs(
     kb, id_q, ood = read["KB"], read["ID"], inputs["OOD"]
     assert kb.array is not None and id_q.array is not None
     kb_rows = kb.rows
+    id_langs, given = _languages(id_q, enc_record, settings) if sources.per_language else (None, 0)
     train_inputs = TrainInputs(
         kb_name=str(sources.kb_name or settings.scoring.default_kb),
         encoder=enc_record,
@@ -236,7 +242,8 @@ def load_inputs(
         encoder_source=source,
         deny_topics=topics,
         deny_embeddings=deny,
-        id_languages=_languages(id_q, enc_record, settings) if sources.per_language else None,
+        id_languages=id_langs,
+        id_languages_given=given,
     )
     log.info(
         "training inputs: %s KB docs, %s ID, %s OOD queries",
@@ -247,14 +254,17 @@ def load_inputs(
     return train_inputs, embed_s
 
 
-def _languages(given: _Input, encoder: Mapping[str, Any], settings: Settings) -> list[str | None]:
-    """The language of each of ``given``'s texts, told as the worker tells a query's (among
-    the encoder's languages, or ``scoring.languages``)."""
-    from sidecar.encoders import LanguageDetector, detector_languages
-
-    assert given.texts is not None  # an .npy input was refused before anything was read
-    langs = detector_languages(str(encoder["name"]), settings.scoring.languages)
-    return list(LanguageDetector(langs).detect(given.texts))
+def _languages(
+    given: _Input, encoder: Mapping[str, Any], settings: Settings
+) -> tuple[list[str | None], int]:
+    """The language of each of ``given``'s texts: the one its row gives, else told as the
+    worker tells a query's (among the encoder's languages, or ``scoring.languages``); and
+    how many the rows gave."""
+    rows = given.rows
+    assert rows is not None  # an .npy input was refused before anything was read
+    return query_languages(
+        rows.texts, rows.languages, str(encoder["name"]), settings.scoring.languages
+    )
 
 
 def _embed(

@@ -3,6 +3,7 @@ given ID queries' scores, written to a directory or published to the store."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -238,3 +239,33 @@ def test_a_signed_directory_changed_after_signing_is_refused_by_every_reader(
     for good in (signed, trained):
         res = _run("--artifact", str(good), *live, "--out", str(tmp_path / f"ok-{good.name}"))
         assert res.exit_code == 0, res.output
+
+
+def test_per_language_takes_the_language_each_line_gives(
+    trained: Path, tmp_path: Path, one_error_line: Callable[[Result], str]
+) -> None:
+    texts = [json.loads(x)["text"] for x in demo_path(DEMO_ID_QUERIES).read_text().splitlines()]
+    rows = [{"text": t, "language": "nl-NL"} for t in texts[:20]]
+    rows += [{"text": t, "language": "pt_BR"} for t in texts[20:30]]
+    rows += [{"text": t} for t in texts[30:40]]
+    queries = tmp_path / "live.jsonl"
+    queries.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "recal"
+    res = _run("--artifact", str(trained), "--id-queries", str(queries), "--per-language",
+               "--target-frr", "0.2", "--out", str(out))  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "languages: 30 given in the queries' lines, 10 detected" in res.output
+    new = model_from_artifact(load_dir(out))
+    table = new.metrics["language_calibration"]
+    # English texts that their lines call Dutch and Portuguese calibrate those languages
+    assert (table["nl"]["n"], table["pt"]["n"]) == (20, 10)
+    assert sum(row["n"] for row in table.values()) <= 40 and set(new.language_thresholds) >= {
+        "nl",
+        "pt",
+    }
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(json.dumps(r) + "\n" for r in [*rows[:2], {"text": "x", "language": 7}]))
+    line = one_error_line(_run("--artifact", str(trained), "--id-queries", str(bad),
+                               "--per-language", "--out", str(tmp_path / "no")))  # fmt: skip
+    assert f"{bad}:3: 'language' is a number" in line
+    assert not (tmp_path / "no").exists()

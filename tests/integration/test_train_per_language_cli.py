@@ -69,6 +69,8 @@ def test_train_per_language(tmp_path: Path) -> None:
     assert set(model.language_thresholds) == LANGS == set(table)
     assert all(table[lang]["n"] == 5 for lang in LANGS - {"en"})
     assert "per-language thresholds, 6 languages among the calibration queries:" in res.output
+    n_id = len(id_q.read_text().splitlines())
+    assert f"ID query languages: 0 given in their rows, {n_id} detected" in res.output
     for lang in LANGS:
         assert f"  {lang}: {table[lang]['n']} queries, threshold" in res.output
         assert model.threshold_for(lang) == model.language_thresholds[lang]
@@ -76,6 +78,7 @@ def test_train_per_language(tmp_path: Path) -> None:
     assert model.threshold_for("und") == model.threshold
     summary = json.loads((out / "report" / "summary.json").read_text())
     assert summary["language_thresholds"] == pytest.approx(model.language_thresholds)
+    assert (summary["id_languages_given"], summary["id_languages_detected"]) == (0, n_id)
     page = (out / "report" / "report.md").read_text()
     assert "## Per-language thresholds" in page and "| nl | 5 |" in page
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from support.streams import WAIT_S, collect, kafka_section, web_section
+from support.streams import WAIT_S, collect, kafka_section, produce_documents, web_section
 
 from sidecar.local import EmbeddedBroker, EmbeddedRedis, WorkerProcess
 from sidecar.settings import Settings, load_settings
@@ -88,24 +88,6 @@ def texts() -> list[str]:
     return [text for text, _ in demo_data().labelled()[:N]]
 
 
-async def produce(
-    bootstrap: str, topic: str, records: list[tuple[dict[str, Any], list[tuple[str, bytes]]]]
-) -> None:
-    """Send each (document, headers) record and wait for every acknowledgement."""
-    from aiokafka import AIOKafkaProducer
-
-    p = AIOKafkaProducer(bootstrap_servers=bootstrap)
-    await p.start()
-    try:
-        futures = [
-            await p.send(topic, json.dumps(doc).encode(), key=doc["id"].encode(), headers=headers)
-            for doc, headers in records
-        ]
-        await asyncio.gather(*futures)
-    finally:
-        await p.stop()
-
-
 def mixed_records(local_encoder: Any) -> list[tuple[dict[str, Any], list[tuple[str, bytes]]]]:
     """Each demo text three times: text only, base64 with "encoder", JSON array with the
     encoder in the header (scaled by 3: the worker scales client vectors to unit length)."""
@@ -169,7 +151,7 @@ async def test_mixed_text_and_embedded_queries_get_verdicts_and_bad_vectors_dead
     records = good[: len(good) // 2] + [(d, []) for d, _ in bad] + good[len(good) // 2 :]
     with worker(s, tmp_path, "w") as w:
         await asyncio.to_thread(w.wait_ready, WAIT_S)
-        await produce(broker.bootstrap, k.queries_topic, records)
+        await produce_documents(broker.bootstrap, k.queries_topic, records)
         got = await collect(
             broker.bootstrap,
             [k.verdicts_topic, k.dlq_topic],
@@ -239,7 +221,7 @@ async def test_the_encode_fallback_scores_refused_vectors_from_their_text(
     records = [(reference, [])] + [(d, []) for d, _ in bad]
     with worker(s, tmp_path, "w") as w:
         await asyncio.to_thread(w.wait_ready, WAIT_S)
-        await produce(broker.bootstrap, k.queries_topic, records)
+        await produce_documents(broker.bootstrap, k.queries_topic, records)
         got = await collect(
             broker.bootstrap,
             [k.verdicts_topic, k.dlq_topic],

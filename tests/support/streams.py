@@ -24,9 +24,14 @@ WAIT_S = 120.0  # generous: CI machines are shared
 DIM = 384  # all-MiniLM-L6-v2
 
 
-def tiny_model(seed: int = 0, kb: str = "default") -> Artifact:
+def tiny_model(
+    seed: int = 0, kb: str = "default", language_thresholds: dict[str, float] | None = None
+) -> Artifact:
     """A real model of ``kb`` for the packaged encoder, fitted on random unit vectors
-    (no encoder load): workers load it, score with it and swap to it like any other."""
+    (no encoder load): workers load it, score with it and swap to it like any other.
+    ``language_thresholds`` gives it thresholds of its own for those languages."""
+    import dataclasses
+
     from sidecar.persistence import model_to_artifact
     from sidecar.scoring import fit_ood_model
 
@@ -45,6 +50,8 @@ def tiny_model(seed: int = 0, kb: str = "default") -> Artifact:
         criterion="evr",
         m=4,
     )
+    if language_thresholds:
+        model = dataclasses.replace(model, language_thresholds=language_thresholds)
     return model_to_artifact(model)
 
 
@@ -111,6 +118,25 @@ async def collect(
     finally:
         await c.stop()
     return got
+
+
+async def produce_documents(
+    bootstrap: str, topic: str, records: list[tuple[dict[str, Any], list[tuple[str, bytes]]]]
+) -> None:
+    """Send each (JSON document, headers) record, keyed by its ``id``, in order, and wait
+    for every acknowledgement."""
+    from aiokafka import AIOKafkaProducer
+
+    p = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await p.start()
+    try:
+        futures = [
+            await p.send(topic, json.dumps(doc).encode(), key=doc["id"].encode(), headers=headers)
+            for doc, headers in records
+        ]
+        await asyncio.gather(*futures)
+    finally:
+        await p.stop()
 
 
 def query(qid: str, text: str, **more: Any) -> tuple[bytes, bytes]:

@@ -10,6 +10,7 @@ def test_all_is_pinned() -> None:
             "BatchScorer",
             "DeadLetter",
             "ENCODER_HEADER",
+            "LANGUAGE_HEADER",
             "EncoderThread",
             "InputPolicy",
             "NO_MODEL",

@@ -108,11 +108,12 @@ def test_per_language_needs_the_languages_and_the_frr_rule() -> None:
 
 
 def test_the_report_lists_each_languages_threshold(tmp_path: Path) -> None:
-    inputs = _inputs()
+    inputs = replace(_inputs(), id_languages_given=90)  # the rows gave 90, 6 were detected
     cfg = TrainConfig(m=4, target_frr=TARGET, per_language=True)
     res = train(inputs, cfg)
     data = report_data(inputs, cfg, res)
     assert data.summary["language_thresholds"] == res.model.language_thresholds
+    assert (data.summary["id_languages_given"], data.summary["id_languages_detected"]) == (90, 6)
     assert set(data.languages) == {"de", "en", "nl"}
     page = write_report(data, tmp_path).read_text()
     section = page.split("## Per-language thresholds")[1].split("\n## ")[0]

@@ -81,6 +81,9 @@ class InputSources:
     # Tell the language of each ID training query (TrainInputs.id_languages), for
     # per-language thresholds: the ID queries must then come as texts.
     per_language: bool = False
+    # Tell the language of every training text (KB, ID, OOD), for the centring means; an
+    # input given as embeddings has no languages and counts in the global mean only.
+    center_languages: bool = False
 
     @classmethod
     def from_options(cls, opts: Mapping[str, Any]) -> InputSources:
@@ -222,6 +225,7 @@ def load_inputs(
     kb, id_q, ood = read["KB"], read["ID"], inputs["OOD"]
     assert kb.array is not None and id_q.array is not None
     kb_rows = kb.rows
+    told = sources.center_languages
     train_inputs = TrainInputs(
         kb_name=str(sources.kb_name or settings.scoring.default_kb),
         encoder=enc_record,
@@ -236,7 +240,11 @@ def load_inputs(
         encoder_source=source,
         deny_topics=topics,
         deny_embeddings=deny,
-        id_languages=_languages(id_q, enc_record, settings) if sources.per_language else None,
+        id_languages=_languages(id_q, enc_record, settings)
+        if told or sources.per_language
+        else None,
+        kb_languages=_languages(kb, enc_record, settings) if told else None,
+        ood_languages=_languages(ood, enc_record, settings) if told and ood else None,
     )
     log.info(
         "training inputs: %s KB docs, %s ID, %s OOD queries",
@@ -247,12 +255,15 @@ def load_inputs(
     return train_inputs, embed_s
 
 
-def _languages(given: _Input, encoder: Mapping[str, Any], settings: Settings) -> list[str | None]:
+def _languages(
+    given: _Input, encoder: Mapping[str, Any], settings: Settings
+) -> list[str | None] | None:
     """The language of each of ``given``'s texts, told as the worker tells a query's (among
-    the encoder's languages, or ``scoring.languages``)."""
+    the encoder's languages, or ``scoring.languages``); None for an input of embeddings."""
     from sidecar.encoders import LanguageDetector, detector_languages
 
-    assert given.texts is not None  # an .npy input was refused before anything was read
+    if given.texts is None:  # --per-language refused an .npy ID input before any reading
+        return None
     langs = detector_languages(str(encoder["name"]), settings.scoring.languages)
     return list(LanguageDetector(langs).detect(given.texts))
 

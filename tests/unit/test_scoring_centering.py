@@ -14,9 +14,12 @@ from sidecar.scoring import (
     MIN_LANGUAGE_TEXTS,
     DenyTopics,
     LanguageCentering,
+    conformal_threshold,
     fit_ood_model,
     model_from_state,
     model_state,
+    recalibrate,
+    recalibrate_by_language,
 )
 from sidecar.scoring._model import MODEL_FORMAT, MODEL_FORMAT_DENY
 
@@ -185,3 +188,16 @@ def test_means_of_another_width_are_refused() -> None:
         replace(model, centering=LanguageCentering(np.ones(DIM + 1)))
     with pytest.raises(DataError, match="language means"):
         LanguageCentering(np.ones(DIM), ("a",), np.ones((2, DIM)))
+
+
+def test_recalibration_scores_a_centred_models_queries_by_their_languages() -> None:
+    world = _world(seed=3)
+    model = _centred_model(_world())
+    E = np.vstack([world["id_a"][:60], world["id_b"][:60]])
+    langs = ["a"] * 60 + ["b"] * 60
+    new = recalibrate(model, E, 0.1, langs)
+    assert new.threshold == conformal_threshold(model.score(E, langs), 0.1)
+    assert new.threshold != recalibrate(model, E, 0.1).threshold
+    assert new.centering is model.centering  # the means are the model's, kept as they are
+    per = recalibrate_by_language(model, E, langs, 0.1)
+    assert per.language_thresholds["b"] == conformal_threshold(model.score(E[60:], ["b"] * 60), 0.1)

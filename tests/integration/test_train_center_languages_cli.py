@@ -111,3 +111,85 @@ def test_score_centres_each_query_as_the_model_does(trained: tuple[Path, Result]
         assert rec["verdict"] == ("OOD" if s > model.threshold else "ID")
     # the English queries meet the English mean: another score than the global mean's
     assert abs(want[0] - model.score(E[:1])[0]) > 1e-3
+
+
+def _held_out(tmp: Path) -> tuple[Path, Path, list[str], list[str]]:
+    """Clinic questions (ID) and off-topic ones (OOD) the model was not trained on, in
+    English and German."""
+    ids = [
+        "Can I bring my dog to the appointment?",
+        "How long does a blood test take?",
+        "Kann ich meinen Termin online verschieben?",
+        "Wie lange dauert eine Blutuntersuchung?",
+    ]
+    oods = [
+        "Who won the football match last night?",
+        "Give me a recipe for apple pie",
+        "Wer hat das Fußballspiel gestern gewonnen?",
+        "Gib mir ein Rezept für Apfelkuchen",
+    ]
+    paths = []
+    for name, texts in (("id_held", ids), ("ood_held", oods)):
+        path = tmp / f"{name}.jsonl"
+        path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+        paths.append(path)
+    return paths[0], paths[1], ids, oods
+
+
+def test_check_and_calibrate_score_each_query_by_its_language(
+    trained: tuple[Path, Result], tmp_path: Path
+) -> None:
+    out, _ = trained
+    model = model_from_artifact(load_dir(out))
+    id_path, ood_path, ids, oods = _held_out(tmp_path)
+    enc = load_encoder(ScoringSettings(), name=USE, threads=1)
+    detect = LanguageDetector(detector_languages(USE)).detect
+    E_id, E_ood = enc.encode(ids), enc.encode(oods)
+    s_id, s_ood = model.score(E_id, detect(ids)), model.score(E_ood, detect(oods))
+    assert "de" in detect(ids) and not np.allclose(s_id, model.score(E_id))
+    env = {"SIDECAR_SCORING__ENCODER": USE}
+    report = tmp_path / "check.json"
+    args = ["--artifact", str(out), "--id-queries", str(id_path), "--ood-queries"]
+    res = _run("check", *args, str(ood_path), "--json", str(report), "--no-progress", env=env)
+    assert res.exit_code == 0, res.output
+    figures = json.loads(report.read_text())["checked"]
+    assert figures["false_reject"]["count"] == int((s_id > model.threshold).sum())
+    assert figures["ood_accept"]["count"] == int((s_ood <= model.threshold).sum())
+    from sidecar.training import auroc
+
+    assert figures["auroc"]["value"] == pytest.approx(auroc(s_id, s_ood), abs=1e-9)
+    # calibrate, on English queries (the language with a mean of its own): the new
+    # threshold is the quantile of their centred scores (the highest of 4 at 0.2)
+    en = [
+        "Can I bring my dog to the appointment?",
+        "How long does a blood test take?",
+        "Do I need to fast before my cholesterol test?",
+        "Can my partner come with me into the consulting room?",
+    ]
+    en_path = tmp_path / "en.jsonl"
+    en_path.write_text("".join(json.dumps({"text": t}) + "\n" for t in en))
+    assert detect(en) == ["en"] * 4
+    new_dir = tmp_path / "recal"
+    res = _run(
+        "calibrate",
+        "--artifact",
+        str(out),
+        "--id-queries",
+        str(en_path),
+        "--target-frr",
+        "0.2",
+        "--out",
+        str(new_dir),
+        "--no-progress",
+        env=env,
+    )
+    assert res.exit_code == 0, res.output
+    new = model_from_artifact(load_dir(new_dir))
+    from sidecar.scoring import conformal_threshold
+
+    E_en = enc.encode(en)
+    want = conformal_threshold(model.score(E_en, ["en"] * 4), 0.2)
+    assert new.threshold == pytest.approx(want, abs=1e-5)
+    # ... which scoring with the global mean alone would not have given
+    assert abs(conformal_threshold(model.score(E_en), 0.2) - new.threshold) > 1e-3
+    assert new.centering is not None and new.centering.languages == ("en",)

@@ -141,7 +141,16 @@ def calibrate_command(**opts: Any) -> None:
     live = None
     if opts["live_queries"] or opts["live_embeddings"]:
         live = embed(opts["live_queries"], opts["live_embeddings"], "live")
-    done = recalibrate_release(model, E, opts["target_frr"], languages=langs, live=live)
+    centred = model.centering is not None  # its means need each query's language
+    done = recalibrate_release(
+        model,
+        E,
+        opts["target_frr"],
+        languages=langs,
+        live=live,
+        query_languages=embed.languages("ID") if centred else None,
+        live_languages=embed.languages("live") if centred else None,
+    )
     new, old, artifact = done.model, done.source, done.artifact
     if old.get("threshold_rule") == "balanced":
         click.echo(

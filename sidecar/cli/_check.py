@@ -135,6 +135,9 @@ def check_command(**opts: Any) -> None:
     embed = query_embeddings(model, settings, opts)
     E_id = embed(opts["id_queries"], opts["id_embeddings"], "ID", sql=opts["id_queries_sql"])
     E_ood = embed(opts["ood_queries"], opts["ood_embeddings"], "OOD", sql=opts["ood_queries_sql"])
+    # a model centred by language subtracts each query's language mean: tell them
+    centred = any(m.centering is not None for m in (model, *(other or ())[:1]))
+    langs = (embed.languages("ID"), embed.languages("OOD")) if centred else (None, None)
     report = check_release(
         model,
         version,
@@ -143,6 +146,7 @@ def check_command(**opts: Any) -> None:
         gates,
         against=other,
         conservative=opts["conservative"],
+        languages=langs,
     )
     _show(f"KB {model.kb!r}, version {version[:12]}", report["checked"])
     if other is not None:
@@ -163,7 +167,14 @@ def check_command(**opts: Any) -> None:
         from sidecar.training import write_check_report
 
         models = {"checked": model, **({"against": other[0]} if other is not None else {})}
-        page = write_check_report(report, models, E_id, E_ood, opts["report_dir"])
+        page = write_check_report(
+            report,
+            models,
+            E_id,
+            E_ood,
+            opts["report_dir"],
+            languages=langs,
+        )
         click.echo(f"report: {page}")
     if not report["passed"]:
         click.get_current_context().exit(1)

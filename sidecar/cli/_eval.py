@@ -12,6 +12,7 @@ from sidecar.cli._options import (
     blas_threads_option,
     cache_dir_option,
     calibration_option,
+    center_languages_option,
     check_output_dir,
     check_output_file,
     criterion_option,
@@ -147,6 +148,7 @@ from sidecar.cli._root import main
 @neighbour_bank_option
 @floor_option
 @deny_topics_option
+@center_languages_option
 @no_progress_option
 def eval_command(
     benchmark: str,
@@ -177,6 +179,7 @@ def eval_command(
     floor: bool,
     deny_topics: str | None,
     ood_protocol: str,
+    center_languages: bool,
     no_progress: bool,
 ) -> None:
     """Evaluate every detector and baseline on a benchmark and write a JSON report.
@@ -225,6 +228,7 @@ def eval_command(
         language=language,
         kb_language=kb_language,
         ood_protocol=ood_protocol,
+        center_languages=center_languages,
     )
     report = run_evaluation(settings, cfg, progress=not no_progress)
     json_out.parent.mkdir(parents=True, exist_ok=True)

@@ -216,6 +216,17 @@ floor_option = click.option(
 )
 
 
+center_languages_option = click.option(
+    "--center-languages",
+    is_flag=True,
+    help="Centre every embedding by its text's language: minus the mean embedding of the "
+    "training texts of that language (a language with fewer than 50 of them, or none told, "
+    "loses the mean of all of them), at unit length again. The means ship with the model "
+    "(format kb-subspace-ood/3: older workers refuse it), and the worker centres each query "
+    "by its detected language. For multilingual encoders; see docs/guides/multilingual.md.",
+)
+
+
 def _deny_spec(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
     return None if value in (None, "", "none") else value
 

@@ -12,6 +12,7 @@ from sidecar.cli._options import (
     blas_threads_option,
     cache_dir_option,
     calibration_option,
+    center_languages_option,
     check_output_dir,
     check_output_file,
     criterion_option,
@@ -138,6 +139,7 @@ class _FitBar:
     "the language detector (scoring.languages), and other languages keep the global "
     "threshold. Needs the ID queries as texts and the frr threshold rule.",
 )
+@center_languages_option
 @seed_option
 @click.option("--out", required=True, type=_PATH, help="Artifact directory to write.")
 @click.option("--report", "report_dir", type=_PATH, help="Report directory [default: OUT/report].")
@@ -307,6 +309,7 @@ def _train_config(opts: dict[str, Any]) -> Any:
         neighbour_bank=opts["neighbour_bank"],
         floor=opts["floor"],
         per_language=opts["per_language"],
+        center_languages=opts["center_languages"],
     )
 
 
@@ -346,6 +349,14 @@ def _print_summary(release: Any, cfg: Any, criterion: str, *, has_ood: bool) -> 
         )
     for line in language_lines(m.metrics):
         click.echo(f"  {line}")
+    if "centering" in stats:
+        c = stats["centering"]
+        told = ", ".join(f"{k} {v}" for k, v in c["texts_per_language"].items()) or "none told"
+        click.echo(
+            f"  centred by language: {c['n_texts']} training texts ({told}); own means for "
+            f"{', '.join(c['languages_with_mean']) or 'none'} (>= {c['min_texts']} texts), "
+            "the global mean for every other language"
+        )
     drift = m.metrics.get("expected_frr")
     if drift:
         click.echo(

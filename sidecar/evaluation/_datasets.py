@@ -77,6 +77,11 @@ class KBTask:
     # False when the OOD evaluation queries are of a family held out of training (the
     # unseen-OOD protocol): cross-fitting then trains on the other folds' ID queries only.
     ood_eval_trains: bool = True
+    # The judged queries' language and the KB's and training texts' (None: the same),
+    # ISO 639-1, where the benchmark knows them (xsid, sib200): language centring takes
+    # its means by them. None: not known (every text loses the global mean).
+    language: str | None = None
+    kb_language: str | None = None
 
 
 def _dedupe(texts: Sequence[str], exclude: set[str] | None = None) -> list[str]:

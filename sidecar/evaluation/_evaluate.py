@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from sidecar.errors import ConfigError
+from sidecar.evaluation._centering import centre_fold
 from sidecar.evaluation._datasets import KBTask
 from sidecar.evaluation._folds import (
     FOLD_GROUPINGS,
@@ -79,6 +80,7 @@ def evaluate_task(
     calibration: str | None = None,
     group_cache: dict[Any, Any] | None = None,
     deny_topics: DenyTopics | None = None,
+    center_languages: bool = False,
 ) -> dict[str, Any]:
     """Metrics of every detector on one KB: ``{"detectors": {...}, "protocol": {...}}``.
 
@@ -95,6 +97,8 @@ def evaluate_task(
     seeds), so that the seed-free near-duplicate grouping is computed once per task.
     ``deny_topics``: every model screens for these denied topics, as ``sidecar train
     --deny-topics`` builds it.
+    ``center_languages``: every fold centres its embeddings by language, the means from
+    its training texts alone (:mod:`._centering`), as ``sidecar train --center-languages``.
     """
     if fold_grouping not in FOLD_GROUPINGS:
         raise ConfigError(f"fold_grouping must be one of {FOLD_GROUPINGS}, not {fold_grouping!r}")
@@ -109,19 +113,21 @@ def evaluate_task(
         calibration=resolve_calibration(threshold_rule, calibration),
         grids=grids or {},
         deny=deny_topics,
+        center=center_languages,
     )
     E = _embed_task(task, embed)
     groups, folds = _task_folds(task, E, fold_grouping, seed, group_cache)
     pools = {d: Pool() for d in detectors}
     proto: dict[str, dict[str, Pool]] = {}
     for f, (fi, fo) in enumerate(folds):
-        splits = _fold_splits(task, E, groups, (fi, fo), seed + f, run)
+        splits, judged = _fold_splits(task, E, groups, (fi, fo), seed + f, run)
+        ide, oode = judged(E.ide[fi]), judged(E.oode[fo])
         for det in detectors:
             info, model = _searched(task.name, splits, det, run)
-            pools[det].add(model, E.ide[fi], E.oode[fo], info)
+            pools[det].add(model, ide, oode, info)
             log.info("%s fold %s %s: val AUROC %s", task.name, f, det, info["val_auroc"])
         if protocol and splits.has_ood:
-            _protocol_fits(task.name, splits, run, proto, (E.ide[fi], E.oode[fo]))
+            _protocol_fits(task.name, splits, run, proto, (ide, oode))
     return {
         "detectors": {d: p.result(seed) for d, p in pools.items()},
         "protocol": {d: {c: p.result(seed) for c, p in byc.items()} for d, byc in proto.items()},
@@ -140,6 +146,7 @@ class _TaskRun:
     calibration: str
     grids: Mapping[str, Sequence[Candidate]]
     deny: DenyTopics | None = None
+    center: bool = False
 
 
 class _Embedded(NamedTuple):
@@ -203,9 +210,10 @@ def _fold_splits(
     fold: tuple[np.ndarray, np.ndarray],
     seed: int,
     run: _TaskRun,
-) -> TrainingSplits:
-    """The training splits of one fold: the task's training queries, or on a cross-fitted
-    task the other folds' evaluation queries."""
+) -> tuple[TrainingSplits, Callable[[np.ndarray], np.ndarray]]:
+    """The training splits of one fold (the task's training queries, or on a cross-fitted
+    task the other folds' evaluation queries) and what the fold's judged queries go
+    through first: centring by the fold's training means (``run.center``), or nothing."""
     g_idt, _, g_oodt, _ = groups
     id_train, ood_train = E.idt, E.oodt
     id_groups, ood_groups = g_idt, g_oodt
@@ -216,8 +224,14 @@ def _fold_splits(
             *fold,
             ood_eval_trains=task.ood_eval_trains,
         )
-    return carve_splits(
-        E.kb,
+    kb, deny = E.kb, run.deny
+    judged: Callable[[np.ndarray], np.ndarray] = _as_given
+    if run.center:
+        fold_c = centre_fold(task, kb, id_train, ood_train, deny)
+        kb, id_train, ood_train, deny = fold_c.kb, fold_c.id_train, fold_c.ood_train, fold_c.deny
+        judged = fold_c.judged
+    splits = carve_splits(
+        kb,
         id_train,
         ood_train,
         id_groups=id_groups,
@@ -225,8 +239,13 @@ def _fold_splits(
         seed=seed,
         target_frr=run.target_frr,
         ood_cal_fraction=OOD_CAL_FRACTION if run.threshold_rule == "balanced" else 0.0,
-        deny=run.deny,
+        deny=deny,
     )
+    return splits, judged
+
+
+def _as_given(X: np.ndarray) -> np.ndarray:
+    return X
 
 
 def _searched(
@@ -312,12 +331,13 @@ def evaluate_benchmark(
     group_cache: dict[Any, Any] | None = None,
     grids: Mapping[str, Sequence[Candidate]] | None = None,
     deny_topics: DenyTopics | None = None,
+    center_languages: bool = False,
 ) -> dict[str, Any]:
     """Run :func:`evaluate_task` on every KB and assemble the report JSON.
 
     ``protocol=False`` skips the p-value-vs-EVR refits (an empty ``pvalue_vs_evr`` table);
-    ``group_cache``, ``grids`` and ``deny_topics`` are passed on to every
-    :func:`evaluate_task`.
+    ``group_cache``, ``grids``, ``deny_topics`` and ``center_languages`` are passed on to
+    every :func:`evaluate_task`.
     """
     from tqdm.auto import tqdm
 
@@ -344,6 +364,7 @@ def evaluate_benchmark(
             group_cache=group_cache,
             grids=grids,
             deny_topics=deny_topics,
+            center_languages=center_languages,
         )
         per_kb[task.name] = res["detectors"]
         by_kb[task.name] = res["protocol"]
@@ -358,6 +379,7 @@ def evaluate_benchmark(
         "threshold_rule": threshold_rule,
         "fold_grouping": fold_grouping,
         "calibration": calibration,
+        "center_languages": center_languages,
         "kbs": per_kb,
         "mean": mean,
         "pvalue_vs_evr": protocol_table(by_kb),

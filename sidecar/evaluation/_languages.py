@@ -210,6 +210,7 @@ def run_languages(
             protocol=cfg.protocol,
             calibration=cfg.calibration,
             grids=grids,
+            center_languages=cfg.center_languages,
         )
 
     report = evaluate_languages(
@@ -232,6 +233,9 @@ def run_languages(
             "threshold_rule": cfg.threshold_rule,
             "fold_grouping": cfg.fold_grouping,
             "detectors": list(dets),
+            # each fold's means from its own training texts (evaluation._centering); the
+            # per-language calibration below (SIB-200 with a KB language) is not centred
+            "center_languages": cfg.center_languages,
         }
     )
     if cfg.kb_language and cfg.benchmark == "sib200":

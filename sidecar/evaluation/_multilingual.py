@@ -205,6 +205,8 @@ def load_xsid(
                 _texts([it for it in train if it.label != d]),
                 _texts([it for it in test if it.label == d]),
                 _texts([it for it in test if it.label != d]),
+                language=lang,
+                kb_language=kb_lang,
             )
             for d in domains
         ]
@@ -225,6 +227,8 @@ def load_xsid(
                 cross_fit=folds,
                 id_eval_train=_texts([kb_by_id[it.id] for it in id_eval]) if cross else None,
                 ood_eval_train=_texts([kb_by_id[it.id] for it in ood_eval]) if cross else None,
+                language=lang,
+                kb_language=kb_lang,
             )
         )
     return tasks
@@ -261,6 +265,8 @@ def load_sib200(
             _texts([it for it in train if it.label != t and it.id not in live]),
             _texts([it for it in judged if it.label == t]),
             _texts([it for it in judged if it.label != t]),
+            language=lang,
+            kb_language=kb_lang,
         )
         for t in topics
     ]

@@ -69,6 +69,8 @@ class EvalConfig:
     kb_language: str | None = None
     # "standard", or "unseen-ood": OOD families held out of training (evaluation._unseen)
     ood_protocol: str = "standard"
+    # centre by language, each fold's means from its training texts (evaluation._centering)
+    center_languages: bool = False
 
 
 def select_kbs(tasks: Sequence[KBTask], kbs: str | None, benchmark: str) -> list[KBTask]:
@@ -187,6 +189,8 @@ def run_evaluation(settings: Settings, cfg: EvalConfig, *, progress: bool = True
     if multilingual and cfg.ood_protocol != "standard":
         raise ConfigError("--ood-protocol unseen-ood applies to the monolingual benchmarks")
     _check_ood_protocol(cfg)
+    if cfg.center_languages and cfg.ood_protocol != "standard":
+        raise ConfigError("--center-languages applies to the standard OOD protocol")
     dets = DETECTORS if cfg.detectors is None else cfg.detectors
     grids = _grids(cfg, dets)
     topics: tuple[str, ...] = ()
@@ -246,6 +250,7 @@ def run_evaluation(settings: Settings, cfg: EvalConfig, *, progress: bool = True
             group_cache=groups,
             grids=grids,
             deny_topics=deny,
+            center_languages=cfg.center_languages,
         )
 
     if multilingual:

@@ -28,6 +28,7 @@ from sidecar.scoring._calibration import (
     quiet_calibration,
     recalibrate,
 )
+from sidecar.scoring._centering import MIN_LANGUAGE_TEXTS, LanguageCentering
 from sidecar.scoring._deny import DenyScreen, DenyTopics, read_topic_lines
 from sidecar.scoring._fit import FitConfig, fit_model, fit_ood_model
 from sidecar.scoring._geometric import EpsilonBall, EpsilonCube, EpsilonRect
@@ -50,6 +51,7 @@ __all__ = [
     "DEFAULT_TARGET_FRR",
     "FAMILIES",
     "INPUT_BLOCKS",
+    "MIN_LANGUAGE_TEXTS",
     "MIN_PROBE_COSINE",
     "PROBE_TEXTS",
     "SCANS",
@@ -64,6 +66,7 @@ __all__ = [
     "GMMDetector",
     "KBSubspace",
     "KNNDetector",
+    "LanguageCentering",
     "LogRegDetector",
     "MahalanobisDetector",
     "MaxCosineDetector",

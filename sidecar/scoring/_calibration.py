@@ -109,7 +109,9 @@ _OLD_POINT = (
 )
 
 
-def recalibrate(model: OODModel, id_embeddings: Any, target_frr: float) -> OODModel:
+def recalibrate(
+    model: OODModel, id_embeddings: Any, target_frr: float, languages: Any = None
+) -> OODModel:
     """``model`` with its threshold recalibrated on new ID queries; nothing else refitted.
 
     The threshold becomes the split-conformal quantile of the scores of ``id_embeddings``
@@ -130,6 +132,9 @@ def recalibrate(model: OODModel, id_embeddings: Any, target_frr: float) -> OODMo
         Embeddings of in-domain queries the model has not been fitted on; n at least
         :func:`min_calibration_size` of ``target_frr`` (99 for 1%).
     target_frr : float in (0, 1)
+    languages : sequence of str or None, optional
+        Each query's language, which a centred model subtracts the mean of
+        (:meth:`OODModel.center`); without, a centred model uses its global mean.
 
     Returns
     -------
@@ -137,7 +142,7 @@ def recalibrate(model: OODModel, id_embeddings: Any, target_frr: float) -> OODMo
         A new model (a new version once stored); ``version`` is None.
     """
     need = min_calibration_size(target_frr)
-    scores = model.score(id_embeddings)
+    scores = model.score(id_embeddings, languages)
     n = int(scores.size)
     if n < need:
         raise DataError(

@@ -122,5 +122,5 @@ def recalibrate_by_language(
     E = np.asarray(id_embeddings)
     if len(languages) != len(E):
         raise DataError(f"{len(languages)} languages for {len(E)} calibration queries")
-    out = recalibrate(model, E, target_frr)
-    return with_language_thresholds(out, out.score(E), languages, target_frr)
+    out = recalibrate(model, E, target_frr, languages)
+    return with_language_thresholds(out, out.score(E, languages), languages, target_frr)

@@ -19,6 +19,7 @@ import numpy as np
 from sidecar.errors import DataError, EncoderMismatch
 from sidecar.scoring._base import INPUT_BLOCKS, OODDetector
 from sidecar.scoring._baselines import top_cosines, top_k_cosines
+from sidecar.scoring._centering import LanguageCentering
 from sidecar.scoring._deny import DenyScreen
 from sidecar.scoring._probes import probe_mismatch
 
@@ -26,6 +27,9 @@ MODEL_FORMAT = "kb-subspace-ood/1"
 # A model with a denied-topic screen: its score is not the detector's alone, so a reader
 # that does not know the screen must refuse it rather than misread its threshold.
 MODEL_FORMAT_DENY = "kb-subspace-ood/2"
+# A model that centres every embedding by its language first (it may screen denied topics
+# too): a reader without centring would score raw embeddings against centred state.
+MODEL_FORMAT_CENTERED = "kb-subspace-ood/3"
 SCORE_CONVENTION = "higher = more out-of-domain; OOD when score > threshold"
 _DET_PREFIX = "detector."
 # Labelled neighbours at or above this cosine are the query itself (or a duplicate).
@@ -85,6 +89,9 @@ class OODModel:
         Thresholds of their own for queries detected in these languages (ISO 639-1
         codes), each calibrated on ID queries of that language; every other query
         (another language, or none detected) meets ``threshold``.
+    centering : LanguageCentering or None
+        Language means every embedding loses before anything else (:meth:`center`); the
+        KB embeddings, neighbour banks and denied-topic anchors are stored centred.
     version : str or None
         The artifact version the model was loaded from (not part of its content).
     """
@@ -108,6 +115,7 @@ class OODModel:
     encoder_probe_texts: tuple[str, ...] = ()
     language_thresholds: dict[str, float] = field(default_factory=dict)
     deny: DenyScreen | None = None
+    centering: LanguageCentering | None = None
     version: str | None = None
     # Hot-path caches, derived in __post_init__.
     _inputs: tuple[str, ...] = field(init=False, repr=False)
@@ -155,6 +163,8 @@ class OODModel:
             raise DataError(
                 f"denied-topic anchors have {self.deny.dim} dimensions, the encoder {dim}"
             )
+        if self.centering is not None and self.centering.dim != dim:
+            raise DataError(f"centring means have {self.centering.dim} dimensions, not {dim}")
         knn_ks = tuple(int(k) for k in getattr(self.detector, "knn_ks", ()) or ())
         if "knn" in inputs:
             n_kb = np.asarray(self.kb_embeddings).shape[0]
@@ -251,8 +261,16 @@ class OODModel:
             )
         return arr
 
+    def center(self, E: Any, languages: Any = None) -> np.ndarray:
+        """``E`` (n, dim) as the model compares it: centred by each row's language
+        (``languages``, one code or None per row; None: the global mean) for a centred
+        model, else as given. float32, shape (n, dim)."""
+        E = self._check_E(E)
+        return E if self.centering is None else self.centering.transform(E, languages)
+
     def features(self, E: Any) -> np.ndarray:
-        """The detector's input for embeddings ``E``.
+        """The detector's input for embeddings ``E``, already centred for a centred
+        model (:meth:`center`).
 
         Parameters
         ----------
@@ -311,12 +329,14 @@ class OODModel:
             return blocks[0]
         return np.hstack([b.astype(np.float64, copy=False) for b in blocks])
 
-    def score(self, E: Any) -> np.ndarray:
+    def score(self, E: Any, languages: Any = None) -> np.ndarray:
         """OOD score of each embedding, higher = more out-of-domain.
 
         Parameters
         ----------
         E : ndarray of shape (n, dim), float32
+        languages : sequence of str or None, length n, optional
+            Each query's language, for a centred model (:meth:`center`); ignored otherwise.
 
         Returns
         -------
@@ -325,15 +345,15 @@ class OODModel:
             query scored in a different batch may differ by float32 rounding (~1e-6) when
             the detector uses the max-cosine block or the full embedding.
         """
-        E = self._check_E(E)
+        E = self.center(E, languages)
         s = np.asarray(self.detector.score_samples(self.features(E)), dtype=np.float64)
         return s if self.deny is None else self.deny.combine(s, E)
 
-    def denied_topic(self, E: Any) -> list[str | None]:
+    def denied_topic(self, E: Any, languages: Any = None) -> list[str | None]:
         """Per embedding, the denied topic that decides its score (the screen's topic
         term is the larger one and above the threshold), else None; all None for a model
-        without denied topics."""
-        E = self._check_E(E)
+        without denied topics. ``languages`` as for :meth:`score`."""
+        E = self.center(E, languages)
         if self.deny is None:
             return [None] * E.shape[0]
         s = np.asarray(self.detector.score_samples(self.features(E)), dtype=np.float64)
@@ -345,13 +365,14 @@ class OODModel:
             for i, t, d in zip(idx, topic, det, strict=True)
         ]
 
-    def training_copies(self, E: Any) -> np.ndarray | None:
+    def training_copies(self, E: Any, languages: Any = None) -> np.ndarray | None:
         """True where a row of ``E`` (n, dim) repeats a labelled training query the model
         keeps (cosine >= 0.9999 to a row of its neighbour banks); None for a model that
-        keeps none. Figures measured on such rows are optimistic."""
+        keeps none. Figures measured on such rows are optimistic. ``languages`` as for
+        :meth:`score`."""
         if self._banks is None:
             return None
-        q = _unit(np.asarray(E))
+        q = _unit(self.center(E, languages))
         near = [top_cosines(q, bank, 1) >= _DUPLICATE_COS for bank in self._banks]
         return np.logical_or(*near)
 
@@ -376,11 +397,11 @@ class OODModel:
         """True where the query is OOD (``score > threshold``); bool ndarray of shape (n,).
 
         ``languages`` (one code or None per query) selects each query's threshold among
-        :attr:`language_thresholds`. A query without a score (NaN: an embedding that is
-        not all numbers) is OOD: an answer nothing vouches for is refused, as the
-        stream's fail-closed mode does.
+        :attr:`language_thresholds` and, for a centred model, its mean. A query without
+        a score (NaN: an embedding that is not all numbers) is OOD: an answer nothing
+        vouches for is refused, as the stream's fail-closed mode does.
         """
-        s = self.score(E)
+        s = self.score(E, languages)
         return (s > self.thresholds(languages, len(s))) | np.isnan(s)
 
     def with_metrics(self, **metrics: Any) -> OODModel:

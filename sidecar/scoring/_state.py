@@ -14,14 +14,18 @@ import numpy as np
 
 from sidecar.errors import DataError, InvalidModelState
 from sidecar.scoring._base import OODDetector, detector_class
+from sidecar.scoring._centering import LanguageCentering
 from sidecar.scoring._deny import DenyScreen
 from sidecar.scoring._model import (
     _DET_PREFIX,
     MODEL_FORMAT,
+    MODEL_FORMAT_CENTERED,
     MODEL_FORMAT_DENY,
     SCORE_CONVENTION,
     OODModel,
 )
+
+_CENTER_PREFIX = "centering."
 
 
 def model_state(model: OODModel) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -34,7 +38,8 @@ def model_state(model: OODModel) -> tuple[dict[str, Any], dict[str, np.ndarray]]
         model was fitted, and the probe sentences its encoder fingerprint covers.
     arrays : dict of str to ndarray
         Subspace mean and components, selected PCs, explained variance, KB
-        embeddings, encoder probes and the detector's arrays (prefixed ``detector.``).
+        embeddings, encoder probes, the detector's arrays (prefixed ``detector.``) and,
+        for a centred model, its language means (``centering.``).
 
     Raises
     ------
@@ -78,6 +83,11 @@ def model_state(model: OODModel) -> tuple[dict[str, Any], dict[str, np.ndarray]]
     if model.deny is not None:
         section["format"] = MODEL_FORMAT_DENY
         section["deny"], arrays["deny.anchors"] = model.deny.state()
+    if model.centering is not None:
+        # format 3 whatever else the model has: a reader of 1 or 2 must refuse it
+        section["format"] = MODEL_FORMAT_CENTERED
+        section["centering"], means = model.centering.state()
+        arrays.update({_CENTER_PREFIX + k: v for k, v in means.items()})
     return section, arrays
 
 
@@ -107,10 +117,11 @@ def model_from_state(
     InvalidModelState
         Unknown detector kind, or a malformed section or arrays.
     """
-    formats = (MODEL_FORMAT, MODEL_FORMAT_DENY)
+    formats = (MODEL_FORMAT, MODEL_FORMAT_DENY, MODEL_FORMAT_CENTERED)
     if not isinstance(section, Mapping) or section.get("format") not in formats:
         raise InvalidModelState(f"artifact has no {' or '.join(formats)} model section")
-    has_deny = section.get("format") == MODEL_FORMAT_DENY
+    centered = section.get("format") == MODEL_FORMAT_CENTERED
+    has_deny = section.get("format") == MODEL_FORMAT_DENY or (centered and "deny" in section)
     kind = section.get("kind")
     try:
         det_cls = detector_class(str(kind))
@@ -153,6 +164,7 @@ def model_from_state(
             deny=DenyScreen.from_state(section["deny"], arrays["deny.anchors"])
             if has_deny
             else None,
+            centering=_centering(section, arrays) if centered else None,
             version=version,
         )
         _check_built(out, section)
@@ -163,6 +175,12 @@ def model_from_state(
             f"model section or arrays are malformed ({type(exc).__name__}: {exc})"
         ) from exc
     return out
+
+
+def _centering(section: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> LanguageCentering:
+    """The language means of a format-3 model (KeyError / ValueError when missing)."""
+    means = {k[len(_CENTER_PREFIX) :]: v for k, v in arrays.items() if k.startswith(_CENTER_PREFIX)}
+    return LanguageCentering.from_state(section["centering"], means)
 
 
 def _detector(

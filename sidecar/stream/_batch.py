@@ -76,8 +76,9 @@ class ScoringModel(Protocol):
         """The encoder the model was built with, ``{"name": str, "dim": int}``."""
         ...
 
-    def score(self, E: np.ndarray) -> np.ndarray:
-        """OOD scores, ndarray of shape (n,), for embeddings of shape (n, dim); higher = OOD."""
+    def score(self, E: np.ndarray, languages: Sequence[str | None] | None = None) -> np.ndarray:
+        """OOD scores, ndarray of shape (n,), for embeddings of shape (n, dim); higher = OOD.
+        ``languages`` (one per row) is given only to a model centred by language."""
         ...
 
 
@@ -326,7 +327,8 @@ class BatchScorer:
         ours = frozenset(encoded)
         for kb, idx in by_kb.items():
             loaded = snapshot[kb]
-            scores = _safe_scores(loaded.model, [rows[j] for j in idx])
+            kb_langs = None if langs is None else [langs.get(j) for j in idx]
+            scores = _safe_scores(loaded.model, [rows[j] for j in idx], kb_langs)
             for j, s in zip(idx, scores, strict=True):
                 q = queries[j]
                 if isinstance(s, str) or np.isnan(s):
@@ -388,20 +390,31 @@ def _client_embedding(q: Query, loaded: Loaded) -> np.ndarray | EmbeddingProblem
         return EmbeddingProblem(PARSE_FAILED, detail)
 
 
-def _safe_scores(model: ScoringModel, rows: Sequence[Any]) -> list[float | str]:
+def _safe_scores(
+    model: ScoringModel, rows: Sequence[Any], languages: Sequence[str | None] | None = None
+) -> list[float | str]:
     """Scores for embeddings ``rows`` (each of shape (dim,)); a failing batch is retried
-    row by row (errors as str)."""
+    row by row (errors as str). A model centred by language (``OODModel.centering``) is
+    given each row's language (``languages``; None: it centres with its global mean)."""
+    centred = languages is not None and getattr(model, "centering", None) is not None
+
+    def score(E: np.ndarray, at: slice) -> np.ndarray:
+        if centred:
+            assert languages is not None
+            return np.asarray(model.score(E, list(languages)[at]), dtype=np.float64)
+        return np.asarray(model.score(E), dtype=np.float64)
+
     try:
-        s = np.asarray(model.score(np.stack(rows)), dtype=np.float64).reshape(-1)
+        s = score(np.stack(rows), slice(None)).reshape(-1)
         if s.shape[0] != len(rows):
             raise ValueError(f"detector returned {s.shape[0]} scores for {len(rows)} rows")
         return [float(x) for x in s]
     except Exception as exc:
         log.warning("detector failed on a batch of %s (%s); retrying one by one", len(rows), exc)
     out: list[float | str] = []
-    for row in rows:
+    for i, row in enumerate(rows):
         try:
-            one = np.asarray(model.score(np.asarray(row)[None, :]), dtype=np.float64).reshape(-1)
+            one = score(np.asarray(row)[None, :], slice(i, i + 1)).reshape(-1)
             out.append(float(one[0]))
         except Exception as exc:
             out.append(f"detector: {type(exc).__name__}: {exc}")

@@ -10,7 +10,7 @@ the pessimistic end of the interval instead of at the point estimate.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,26 +40,33 @@ def _rate(flags: np.ndarray) -> dict[str, Any]:
     return {"rate": k / n, "count": k, "n": n, "low": low, "high": high}
 
 
-def holdout_figures(model: OODModel, E_id: np.ndarray, E_ood: np.ndarray | None) -> dict[str, Any]:
+def holdout_figures(
+    model: OODModel,
+    E_id: np.ndarray,
+    E_ood: np.ndarray | None,
+    languages: tuple[Sequence[str | None] | None, Sequence[str | None] | None] = (None, None),
+) -> dict[str, Any]:
     """Figures of ``model`` at its threshold on held-out ID rows ``E_id`` (n, dim) and,
     when given, OOD rows ``E_ood``: false-reject rate (ID flagged OOD) and, with OOD rows,
-    OOD accept rate, balanced accuracy, AUROC and FPR at 95% TPR."""
+    OOD accept rate, balanced accuracy, AUROC and FPR at 95% TPR. ``languages``: each ID
+    and each OOD row's language (or None), which a model centred by language needs."""
     if len(E_id) == 0:
         raise DataError("no held-out ID queries to check the model on")
-    s_id = model.score(E_id)
-    s_ood = model.score(E_ood) if E_ood is not None and len(E_ood) else None
+    id_langs, ood_langs = languages
+    s_id = model.score(E_id, id_langs)
+    s_ood = model.score(E_ood, ood_langs) if E_ood is not None and len(E_ood) else None
     s_id, s_ood = _refused_if_unscored(s_id, s_ood, model.threshold)
     out: dict[str, Any] = {
         "threshold": float(model.threshold),
         "n_id": int(s_id.size),
         "false_reject": _rate(s_id > model.threshold),
     }
-    copies = model.training_copies(E_id)
+    copies = model.training_copies(E_id, id_langs)
     if copies is not None:
         out["training_copies"] = {"id": int(copies.sum())}
     if s_ood is None:
         return out
-    copies = model.training_copies(E_ood)
+    copies = model.training_copies(E_ood, ood_langs)
     if copies is not None:
         out["training_copies"]["ood"] = int(copies.sum())
     a = auroc(s_id, s_ood)
@@ -127,11 +134,12 @@ def write_check_report(
     E_id: np.ndarray,
     E_ood: np.ndarray | None,
     out_dir: str | Path,
+    languages: tuple[Sequence[str | None] | None, Sequence[str | None] | None] = (None, None),
 ) -> Path:
     """A Markdown page with PNG plots of a ``sidecar check``: the figures of each model
     (``models``: "checked" and, when compared, "against"), their ROC curves on the held-out
-    queries and each model's ID vs OOD score histogram with its threshold. Returns the
-    page's path."""
+    queries and each model's ID vs OOD score histogram with its threshold; ``languages``
+    as for :func:`holdout_figures`. Returns the page's path."""
     from sidecar.training._report import _plot_hist, _plot_roc
 
     out = Path(out_dir)
@@ -173,7 +181,10 @@ def write_check_report(
         lines.append(f"- gate `{limit}`: {verdict} (measured {g['measured']:.4f})")
     lines.append("")
     ood = E_ood if E_ood is not None else np.zeros((0, E_id.shape[1]), np.float32)
-    scores = {role: (m.score(E_id), m.score(ood)) for role, m in models.items()}
+    id_langs, ood_langs = languages
+    if E_ood is None:
+        ood_langs = None
+    scores = {r: (m.score(E_id, id_langs), m.score(ood, ood_langs)) for r, m in models.items()}
     if len(ood):
         _plot_roc(out / "roc.png", scores, title="ROC on the held-out queries")
         lines += ["![ROC on the held-out queries](roc.png)", ""]

@@ -37,6 +37,7 @@ from sidecar.scoring import (
     OODModel,
     detector_kinds,
 )
+from sidecar.training._centering import centering_stats, centred_inputs
 from sidecar.training._fitting import FitProgress
 from sidecar.training._grid import MAX_DIMS, Candidate, combined_grid, default_grid
 from sidecar.training._languages import calibrate_languages
@@ -82,6 +83,10 @@ class TrainInputs:
     # How many of id_languages the queries' rows gave (their "language"); the language
     # detector told the others.
     id_languages_given: int = 0
+    # ... and for each KB document and OOD training query, for the centring means
+    # (TrainConfig.center_languages); None when not told.
+    kb_languages: list[str | None] | None = None
+    ood_languages: list[str | None] | None = None
 
 
 @dataclass
@@ -105,6 +110,9 @@ class TrainConfig:
     # Also a conformal threshold per language of the ID training queries
     # (TrainInputs.id_languages) with enough of them; see training._languages.
     per_language: bool = False
+    # Centre every embedding by its text's language (sidecar.scoring._centering): the
+    # means, from the training texts, ship with the model.
+    center_languages: bool = False
 
 
 @dataclass
@@ -294,7 +302,10 @@ class GroupedSplits:
 
 
 def grouped_splits(
-    inputs: TrainInputs, cfg: TrainConfig, progress: GroupingProgress | None = None
+    inputs: TrainInputs,
+    cfg: TrainConfig,
+    progress: GroupingProgress | None = None,
+    group_on: TrainInputs | None = None,
 ) -> GroupedSplits:
     """The seeded fit / validation / calibration cut (plus OOD calibration for 'balanced'),
     each group of training queries whole in one part.
@@ -302,8 +313,11 @@ def grouped_splits(
     A small training set whose near-duplicate groups no split can place (e.g. 5 ID queries,
     two of them near copies) falls back to the given groups, with a warning, rather than
     failing; an error then means the given groups themselves are too large.
+    ``group_on``: the same inputs as encoded, when ``inputs`` are centred (the
+    near-duplicate cosine is a property of the texts, measured where it was chosen).
     """
-    id_groups, ood_groups = query_groups(inputs, cfg, progress)
+    grouping = group_on or inputs
+    id_groups, ood_groups = query_groups(grouping, cfg, progress)
     joined = cfg.group_near_duplicates
 
     def carve(id_g: np.ndarray | None, ood_g: np.ndarray | None) -> TrainingSplits:
@@ -325,7 +339,7 @@ def grouped_splits(
         if not joined:
             raise
         joined = False
-        id_groups, ood_groups = query_groups(inputs, replace(cfg, group_near_duplicates=False))
+        id_groups, ood_groups = query_groups(grouping, replace(cfg, group_near_duplicates=False))
         splits = carve(id_groups, ood_groups)  # fails again where groups were not the cause
         log.warning("%s; split without near-duplicate groups instead", exc)
     n_ood = 0 if inputs.ood_queries is None else len(inputs.ood_queries)
@@ -372,9 +386,15 @@ def train(
         raise DataError(
             f"{len(inputs.id_languages)} languages for {len(inputs.id_queries)} ID training queries"
         )
+    raw, centering = inputs, None
+    if cfg.center_languages:
+        inputs, centering = centred_inputs(inputs)
     step("split")
     grouped = grouped_splits(
-        inputs, cfg, lambda kind, done, n: step(f"grouping {kind} queries {done:,}/{n:,}")
+        inputs,
+        cfg,
+        lambda kind, done, n: step(f"grouping {kind} queries {done:,}/{n:,}"),
+        group_on=raw,
     )
     splits = grouped.splits
     step("search")
@@ -414,6 +434,7 @@ def train(
         "train_total_s": round(t2 - t0, 3),
         "pca_method": res.model.params.get("pca_method"),
         "peak_rss_mb": round(peak_rss_mb(), 1),
+        **({"centering": centering_stats(centering)} if centering is not None else {}),
     }
     model = res.model.with_metrics(
         **{k: v for k, v in validation.items()}, val_auroc_search=res.val_auroc
@@ -428,4 +449,6 @@ def train(
         model = replace(
             model, encoder_probes=inputs.encoder_probes, encoder_probe_texts=PROBE_TEXTS
         )
+    if centering is not None:  # last: everything above scored centred embeddings as given
+        model = replace(model, centering=centering)
     return TrainResult(model, res, stats, validation, splits)

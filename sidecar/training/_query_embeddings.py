@@ -30,6 +30,7 @@ class QueryEmbeddings:
         self.model, self.settings = model, settings
         self.encoder, self.cache_dir, self.progress = encoder, cache_dir, progress
         self._cache: Any = None
+        self._texts: dict[str, list[str]] = {}  # per set read as texts, for languages()
 
     def __call__(
         self,
@@ -57,6 +58,7 @@ class QueryEmbeddings:
         rows = self._rows(queries, what, sql)
         if rows is None:
             return None
+        self._texts[what] = list(rows.texts)
         cache = self._embedder()
         if rows.embeddings is None:
             return cache.embed(rows.texts, desc=f"encoding {what} queries")
@@ -64,6 +66,18 @@ class QueryEmbeddings:
 
         check_stored_embeddings(rows, cache.encoder, what)
         return rows.embeddings
+
+    def languages(self, what: str) -> list[str] | None:
+        """The language of each query of set ``what`` as last read, told as the worker
+        tells a query's (among the model's encoder's languages, or ``scoring.languages``);
+        None when the set came as embeddings (or was not read)."""
+        texts = self._texts.get(what)
+        if texts is None:
+            return None
+        from sidecar.encoders import LanguageDetector, detector_languages
+
+        langs = detector_languages(str(self.model.encoder["name"]), self.settings.scoring.languages)
+        return LanguageDetector(langs).detect(texts)
 
     def _rows(self, queries: Path | None, what: str, sql: str | None) -> Any:
         """The query set's rows (texts, and any stored embeddings), or None."""

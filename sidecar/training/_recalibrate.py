@@ -41,6 +41,9 @@ def recalibrate_release(
     target_frr: float | None = None,
     languages: Sequence[str | None] | None = None,
     live: np.ndarray | None = None,
+    *,
+    query_languages: Sequence[str | None] | None = None,
+    live_languages: Sequence[str | None] | None = None,
 ) -> Recalibration:
     """``model`` recalibrated on ``E`` for ``target_frr`` (default: the model's own target);
     with ``languages`` (each query's), also per language
@@ -60,19 +63,25 @@ def recalibrate_release(
         A sample of unlabelled live traffic (ID and OOD as they come): the share the new
         threshold refuses is recorded as ``metrics["calibration_ood_share"]``, the share
         the worker exports and compares its live OOD share with.
+    query_languages, live_languages : sequence of str or None, optional
+        Each query's (each live query's) language, for a model centred by language
+        (:meth:`~sidecar.scoring.OODModel.center`); ``languages`` serves when given.
+        Without, a centred model uses its global mean.
     """
     target = target_frr or float(model.params.get("target_frr") or DEFAULT_TARGET_FRR)
+    told = languages if languages is not None else query_languages
     if languages is None:
-        new = recalibrate(model, E, target)
+        new = recalibrate(model, E, target, told)
     else:
         new = recalibrate_by_language(model, E, languages, target)
     if live is not None:
         if len(live) == 0:
             raise DataError("the live traffic sample is empty")
+        refused = new.predict(live, live_languages)
         new = new.with_metrics(
-            calibration_ood_share=float(np.mean(new.predict(live))), n_live_sample=len(live)
+            calibration_ood_share=float(np.mean(refused)), n_live_sample=len(live)
         )
-    copies = model.training_copies(E)
+    copies = model.training_copies(E, told)
     return Recalibration(
         model=new,
         artifact=model_to_artifact(new),

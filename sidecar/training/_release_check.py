@@ -25,6 +25,7 @@ def check_release(
     *,
     against: tuple[OODModel, str] | None = None,
     conservative: bool = False,
+    languages: tuple[Sequence[str | None] | None, Sequence[str | None] | None] = (None, None),
 ) -> dict[str, Any]:
     """The figures of ``model`` (store ``version``) on held-out queries and the gates' verdicts.
 
@@ -42,6 +43,8 @@ def check_release(
         Another (model, version) measured on the same queries, for comparison.
     conservative
         Judge each gate at the worse end of the figure's 95% interval.
+    languages
+        Each ID and each OOD query's language (or None), for a model centred by language.
 
     Returns
     -------
@@ -50,11 +53,12 @@ def check_release(
         of each model (with its ``version``; ``against`` None when not compared), one
         verdict per gate, and whether all of them were met.
     """
-    figures = {"version": version, **holdout_figures(model, E_id, E_ood)}
+    figures = {"version": version, **holdout_figures(model, E_id, E_ood, languages)}
     report: dict[str, Any] = {"kb": model.kb, "checked": figures, "against": None}
     if against is not None:
         other, other_version = against
-        report["against"] = {"version": other_version, **holdout_figures(other, E_id, E_ood)}
+        theirs = holdout_figures(other, E_id, E_ood, languages)
+        report["against"] = {"version": other_version, **theirs}
     verdicts = [g.judge(figures, conservative=conservative) for g in gates]
     report.update(gates=verdicts, conservative=conservative)
     report["passed"] = all(v["met"] for v in verdicts)

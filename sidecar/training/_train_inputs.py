@@ -82,6 +82,9 @@ class InputSources:
     # Tell the language of each ID training query (TrainInputs.id_languages), for
     # per-language thresholds: the ID queries must then come as texts.
     per_language: bool = False
+    # Tell the language of every training text (KB, ID, OOD), for the centring means; an
+    # input given as embeddings has no languages and counts in the global mean only.
+    center_languages: bool = False
 
     @classmethod
     def from_options(cls, opts: Mapping[str, Any]) -> InputSources:
@@ -201,7 +204,11 @@ def load_inputs(
                     "ID training queries are required: --id-queries or --id-embeddings (or "
                     "--id-queries-sql)"
                 )
-            langs = sources.per_language and what == "ID"
+            # a query line's own "language" is read where languages are told: the ID
+            # queries' for per-language thresholds, every query's for the centring means
+            langs = (what == "ID" and sources.per_language) or (
+                what != "KB" and sources.center_languages
+            )
             inputs[what] = None if chosen is None else _read(what, *chosen, pg, progress, langs)
     t0 = time.perf_counter()
     name = str(sources.encoder or settings.scoring.encoder)
@@ -227,7 +234,10 @@ def load_inputs(
     kb, id_q, ood = read["KB"], read["ID"], inputs["OOD"]
     assert kb.array is not None and id_q.array is not None
     kb_rows = kb.rows
-    id_langs, given = _languages(id_q, enc_record, settings) if sources.per_language else (None, 0)
+    told = sources.center_languages
+    id_langs, given = (
+        _languages(id_q, enc_record, settings) if told or sources.per_language else (None, 0)
+    )
     train_inputs = TrainInputs(
         kb_name=str(sources.kb_name or settings.scoring.default_kb),
         encoder=enc_record,
@@ -244,6 +254,8 @@ def load_inputs(
         deny_embeddings=deny,
         id_languages=id_langs,
         id_languages_given=given,
+        kb_languages=_languages(kb, enc_record, settings)[0] if told else None,
+        ood_languages=_languages(ood, enc_record, settings)[0] if told and ood else None,
     )
     log.info(
         "training inputs: %s KB docs, %s ID, %s OOD queries",
@@ -256,12 +268,13 @@ def load_inputs(
 
 def _languages(
     given: _Input, encoder: Mapping[str, Any], settings: Settings
-) -> tuple[list[str | None], int]:
+) -> tuple[list[str | None] | None, int]:
     """The language of each of ``given``'s texts: the one its row gives, else told as the
     worker tells a query's (among the encoder's languages, or ``scoring.languages``); and
-    how many the rows gave."""
+    how many the rows gave. (None, 0) for an input of embeddings."""
     rows = given.rows
-    assert rows is not None  # an .npy input was refused before anything was read
+    if rows is None:  # --per-language refused an .npy ID input before any reading
+        return None, 0
     return query_languages(
         rows.texts, rows.languages, str(encoder["name"]), settings.scoring.languages
     )

@@ -188,7 +188,9 @@ def _loadings(inputs: TrainInputs, cfg: TrainConfig, model: OODModel) -> list[An
     texts = inputs.kb_texts or [""] * len(inputs.kb)
     n_show = min(len(inputs.kb), 2000)  # loadings table: a bounded sample of big KBs
     idx = np.random.default_rng(cfg.seed).permutation(len(inputs.kb))[:n_show]
-    proj = (inputs.kb[idx] - model.mean) @ np.asarray(model.components).T
+    kb_langs = None if inputs.kb_languages is None else [inputs.kb_languages[i] for i in idx]
+    # the KB as the model saw it: centred by language for a centred model
+    proj = (model.center(inputs.kb[idx], kb_langs) - model.mean) @ np.asarray(model.components).T
     return pc_loadings(
         proj,
         [ids[i] for i in idx],

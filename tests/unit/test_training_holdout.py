@@ -17,11 +17,11 @@ class _FirstColumn:
 
     threshold = 0.5
 
-    def score(self, E: np.ndarray) -> np.ndarray:
+    def score(self, E: np.ndarray, languages: object = None) -> np.ndarray:
         return np.asarray(E, dtype=np.float64)[:, 0]
 
-    def training_copies(self, E: np.ndarray) -> None:  # keeps no training queries
-        return None
+    def training_copies(self, E: np.ndarray, languages: object = None) -> None:
+        return None  # keeps no training queries
 
 
 def test_rate_interval_is_the_exact_binomial_one() -> None:

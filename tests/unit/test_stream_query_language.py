@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -242,4 +243,30 @@ async def test_a_failing_detector_keeps_the_clients_languages() -> None:
     recs = {v.query.id: v.to_record(now_ms=2.0) for v in out.verdicts}
     assert recs["told"]["language_source"] == "client" and recs["told"]["threshold"] == 0.9
     assert "language" not in recs["plain"] and recs["plain"]["verdict"] == "OOD"
+    scorer.encoder_thread.close()
+
+
+@dataclass(frozen=True)
+class CentredDutchModel(DutchModel):
+    """A Dutch-threshold model centred by language: it keeps the languages it is given."""
+
+    centering: object = True
+    given: list[list[str | None]] = field(default_factory=list)
+
+    def score(self, E: np.ndarray, languages: Sequence[str | None] | None = None) -> np.ndarray:
+        self.given.append(list(languages) if languages is not None else [])
+        return super().score(E)
+
+
+async def test_a_centred_model_is_given_each_querys_language_whoever_told_it() -> None:
+    model = CentredDutchModel()
+    h = FakeHolder({"default": FakeLoaded("default", "v1", model)})
+    scorer = BatchScorer(FakeEncoder(), h, POLICY, languages=CountingTeller())
+    out = await scorer.score(
+        raws({"id": "told", "text": "abcdef", "language": "nl"}, {"id": "plain", "text": "ghijkl"})
+    )
+    recs = {v.query.id: v.to_record(now_ms=2.0) for v in out.verdicts}
+    assert model.given == [["nl", "en"]]
+    assert (recs["told"]["language_source"], recs["told"]["threshold"]) == ("client", 0.9)
+    assert recs["plain"]["language_source"] == "detected"
     scorer.encoder_thread.close()

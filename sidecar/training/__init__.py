@@ -20,9 +20,6 @@ from sidecar.training._fitting import FitProgress, fixed_fit
 from sidecar.training._grid import Candidate, combined_grid, default_grid
 from sidecar.training._holdout import Gate, holdout_figures, write_check_report
 from sidecar.training._job import (
-    TrainConfig,
-    TrainInputs,
-    TrainResult,
     check_config,
     deny_topics_of,
     parse_m_range,
@@ -61,6 +58,7 @@ from sidecar.training._splits import (
     group_folds,
     near_duplicate_groups,
 )
+from sidecar.training._train_config import TrainConfig, TrainInputs, TrainResult
 from sidecar.training._train_inputs import InputSources, load_inputs, load_npy
 from sidecar.training._train_report import build_report
 

@@ -18,7 +18,8 @@ from typing import Any
 from model_store import Artifact, save_dir
 from sidecar.persistence import model_to_artifact
 from sidecar.training._fitting import FitProgress
-from sidecar.training._job import TrainConfig, TrainInputs, TrainResult, train
+from sidecar.training._job import train
+from sidecar.training._train_config import TrainConfig, TrainInputs, TrainResult
 from sidecar.training._train_report import build_report
 
 

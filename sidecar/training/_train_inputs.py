@@ -24,7 +24,6 @@ from sidecar._input_files import input_file
 from sidecar.errors import ConfigError, DataError
 from sidecar.settings import Settings
 from sidecar.training._deny_topics import read_deny_topics
-from sidecar.training._job import TrainInputs
 from sidecar.training._jsonl import (
     DEMO_ID_QUERIES,
     DEMO_KB,
@@ -37,6 +36,7 @@ from sidecar.training._languages import query_languages
 from sidecar.training._source_rows import SourceRows
 from sidecar.training._sources_parquet import is_parquet, read_parquet
 from sidecar.training._stored_embeddings import CHECK_ROWS, check_stored_embeddings
+from sidecar.training._train_config import TrainInputs
 
 log = logging.getLogger(__name__)
 

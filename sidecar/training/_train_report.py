@@ -18,10 +18,11 @@ from sidecar.errors import ConfigError, DataError
 from sidecar.scoring import OODModel, detector_table
 from sidecar.training._fitting import fixed_fit, with_balanced_threshold
 from sidecar.training._grid import MAX_DIMS, default_grid
-from sidecar.training._job import TrainConfig, TrainInputs, TrainResult, grouped_splits
+from sidecar.training._job import grouped_splits
 from sidecar.training._metrics import paper_accuracy
 from sidecar.training._report import ReportData, pc_loadings, write_report
 from sidecar.training._splits import TrainingSplits
+from sidecar.training._train_config import TrainConfig, TrainInputs, TrainResult
 
 # The detectors whose ROC the report draws: every one, in the registry's table order.
 REPORT_DETECTORS = detector_table()

@@ -13,15 +13,10 @@ from sidecar.evaluation._evaluate import PROTOCOL_CANDIDATES
 from sidecar.scoring import OODModel
 from sidecar.training._fitting import fixed_fit
 from sidecar.training._grid import Candidate, default_grid
-from sidecar.training._job import (
-    TrainConfig,
-    TrainInputs,
-    _splits,
-    grouped_splits,
-    train,
-)
+from sidecar.training._job import _splits, grouped_splits, train
 from sidecar.training._metrics import auroc, balanced_accuracy, paper_accuracy
 from sidecar.training._report import write_report
+from sidecar.training._train_config import TrainConfig, TrainInputs
 from sidecar.training._train_report import report_data
 
 DIM = 16

@@ -12,9 +12,10 @@ import pytest
 
 from sidecar.errors import ConfigError, DataError
 from sidecar.scoring import conformal_threshold, min_calibration_size
-from sidecar.training._job import TrainConfig, TrainInputs, TrainResult, train
+from sidecar.training._job import train
 from sidecar.training._report import write_report
 from sidecar.training._splits import carve_splits
+from sidecar.training._train_config import TrainConfig, TrainInputs, TrainResult
 from sidecar.training._train_report import report_data
 
 DIM = 16

@@ -170,7 +170,8 @@ def test_supervised_detector_without_ood_is_refused() -> None:
 
 
 def test_train_grid_follows_m_options() -> None:
-    from sidecar.training._job import TrainConfig, build_grid, parse_m_range
+    from sidecar.training._job import build_grid, parse_m_range
+    from sidecar.training._train_config import TrainConfig
 
     assert parse_m_range("8:32") == (8, 32)
     with pytest.raises(ConfigError):

@@ -36,43 +36,69 @@ def _floor(blocks: list[str]) -> Any:
     return change
 
 
+def _with_knn(c: Candidate, select: str) -> Candidate:
+    """``c`` with a kNN column (k = 10) among its features and every OOD-free block in its
+    floor (``select``: the floor's ``floor_select``), one PC fewer where the budget needs it."""
+    feats = list(c.params.get("features", ()))
+    m, params = c.m, dict(c.params)
+    at = feats.index("residual") + 1 + ("max_cosine" in feats)
+    feats = [*feats[:at], "knn", *feats[at:]]
+    params["knn_ks"] = [10]
+    n_other = 3 + ("max_cosine" in feats) + 1 + 6 * ("neighbours" in feats)
+    m = min(m, MAX_DIMS - n_other)
+    floor = [b for b in ("residual", "max_cosine", "knn", "neighbours") if b in feats]
+    params.update({"features": feats, "floor": floor, "floor_select": select})
+    return replace(c, m=m, params=params)
+
+
 def _best(knn: bool) -> Any:
     """The floor's best block alone (floor_select="best"); with ``knn``, a kNN column
     (k = 10) joins the features and the floor, one PC fewer where the budget needs it."""
 
     def change(c: Candidate) -> Candidate:
-        feats = list(c.params.get("features", ()))
-        m, params = c.m, dict(c.params)
         if knn:
-            at = feats.index("residual") + 1 + ("max_cosine" in feats)
-            feats = [*feats[:at], "knn", *feats[at:]]
-            params["knn_ks"] = [10]
-            n_other = 3 + ("max_cosine" in feats) + 1 + 6 * ("neighbours" in feats)
-            m = min(m, MAX_DIMS - n_other)
+            return _with_knn(c, "best")
+        feats = list(c.params.get("features", ()))
         floor = [b for b in ("residual", "max_cosine", "knn", "neighbours") if b in feats]
-        params.update({"features": feats, "floor": floor, "floor_select": "best"})
-        return replace(c, m=m, params=params)
+        return replace(c, params={**c.params, "floor": floor, "floor_select": "best"})
 
     return change
 
 
+# The floor's scales before the cross-fitted pins became the default (see
+# CombinedDetector.FLOOR_QUANTILE): the floor at the ID 95th percentile, the regression at
+# the 99th of its in-sample log-odds.
+EARLY = {"SUPERVISED_PIN": "in_sample", "FLOOR_QUANTILE": 0.95}
+# The default's.
+PINNED = {"SUPERVISED_PIN": "cross_fit", "FLOOR_QUANTILE": 0.99}
 KB_ONLY = ["residual", "max_cosine"]
 WITH_ID = [*KB_ONLY, "neighbours"]
 # name -> (grid change of the floorless grid, CombinedDetector class attributes meanwhile)
-VARIANTS: dict[str, tuple[Any, dict[str, float]]] = {
+VARIANTS: dict[str, tuple[Any, dict[str, Any]]] = {
     # the regression alone (the default before the floor)
     "no_floor": (lambda c: c, {}),
     # floor of KB distances only (residual norms, max-cosine)
-    "floor_kb": (_floor(KB_ONLY), {}),
+    "floor_kb": (_floor(KB_ONLY), EARLY),
     # + the distances to the labelled ID queries (the ID half of the neighbours block):
-    # the default
-    "floor_kb_id": (_floor(WITH_ID), {}),
+    # the opt-in floor of the previous release
+    "floor_kb_id": (_floor(WITH_ID), EARLY),
     # the same with the regression pinned at the ID 95th percentile, as the floor is
-    "floor_kb_id_sup95": (_floor(WITH_ID), {"SUPERVISED_QUANTILE": 0.95}),
+    "floor_kb_id_sup95": (_floor(WITH_ID), {**EARLY, "SUPERVISED_QUANTILE": 0.95}),
     # the one OOD-free block that best separates the labelled training queries
-    "floor_best": (_best(knn=False), {}),
+    "floor_best": (_best(knn=False), EARLY),
     # the same with a kNN column among the features and the floor's blocks
-    "floor_best_knn": (_best(knn=True), {}),
+    "floor_best_knn": (_best(knn=True), EARLY),
+    # the default floor plus a kNN column (k = 10) in the features and the floor (mean)
+    "floor_knn": (lambda c: _with_knn(c, "mean"), EARLY),
+    # the default floor, the regression pinned by out-of-fold log-odds of the ID rows
+    # (in-sample ones are optimistic: the fit saw those rows)
+    "floor_kb_id_oof": (_floor(WITH_ID), {**PINNED, "FLOOR_QUANTILE": 0.95}),
+    # the same with both terms pinned at the ID 99th percentile: the default
+    "floor_kb_id_oof99": (_floor(WITH_ID), PINNED),
+    # floor_best, floor_best_knn and floor_knn with the default's pins
+    "floor_best_oof99": (_best(knn=False), PINNED),
+    "floor_best_knn_oof99": (_best(knn=True), PINNED),
+    "floor_knn_oof99": (lambda c: _with_knn(c, "mean"), PINNED),
 }
 
 
@@ -84,10 +110,11 @@ def main() -> None:
     ap.add_argument("--kbs", default=None)
     ap.add_argument("--protocols", default="unseen-ood,standard")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--cache-dir", default=None, help="embedding cache folder")
     args = ap.parse_args()
     settings = load_settings()
     enc = load_encoder(settings.scoring, threads=1)
-    cache = EmbeddingCache(enc, None, progress=False)
+    cache = EmbeddingCache(enc, args.cache_dir, progress=False)
     tasks = select_kbs(load_benchmark(args.benchmark, args.data_dir), args.kbs, args.benchmark)
     encoder = {"name": enc.name, "dim": enc.dim}
     out_path = Path(args.out)

@@ -49,7 +49,7 @@ def adversarial_study(
     *,
     encoder: Mapping[str, Any],
     detector: str = "combined",
-    floor: bool = False,
+    floor: bool | None = None,
     deny_topics: Sequence[str] = (),
     seed: int = 0,
     target_frr: float = DEFAULT_TARGET_FRR,
@@ -117,7 +117,7 @@ def adversarial_study(
         "flagged_by_deny_topics": int(sum(t is not None for t in model.denied_topic(E_adv))),
         "model": {
             "detector": model.detector_name,
-            "floor": floor,
+            "floor": floor is not False and model.detector_name == "combined",
             "deny_topics": len(deny_topics),
             "dims": model.dims,
             "calibration": model.metrics.get("calibration"),
@@ -151,8 +151,9 @@ class AdversarialBenchConfig:
     ``benchmarks``: which dev benchmarks' KBs are studied; ``kbs``: a comma-separated
     subset of their KB names (None: all). ``prompts``: the CSV of prompts (None:
     ``data_dir/adversarial/advbench_harmful_behaviors.csv``), its ``column``;
-    ``max_prompts``: the first N distinct prompts only (None: all). ``floor``: train the
-    combined detector with its floor (:attr:`sidecar.training.TrainConfig.floor`);
+    ``max_prompts``: the first N distinct prompts only (None: all). ``floor``: whether the
+    combined detector is floored (:attr:`sidecar.training.TrainConfig.floor`; None: the
+    default, floored);
     ``deny_topics``: ``"builtin"`` or a topic file the models refuse (None: none). ``encoder``: the
     encoder's name (None: the settings' one); ``cache_dir``: the embedding cache (None:
     the default one). ``target_rate``: the flagged rate each KB should reach (reported,
@@ -167,7 +168,7 @@ class AdversarialBenchConfig:
     column: str = ADVBENCH_COLUMN
     max_prompts: int | None = None
     detector: str = "combined"
-    floor: bool = False
+    floor: bool | None = None
     deny_topics: str | None = None
     encoder: str | None = None
     target_frr: float = DEFAULT_TARGET_FRR
@@ -302,7 +303,7 @@ def run_adversarial_bench(
         "split": "dev",
         "encoder": encoder.name,
         "detector": c.detector,
-        "floor": c.floor,
+        "floor": c.floor is not False and c.detector == "combined",
         "deny_topics": {"source": c.deny_topics, "n": len(topics)} if topics else None,
         "target_frr": c.target_frr,
         "seed": c.seed,

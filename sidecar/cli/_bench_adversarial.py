@@ -119,7 +119,7 @@ def adversarial_command(
     target_rate: float,
     no_held_out: bool,
     detector: str,
-    floor: bool,
+    floor: bool | None,
     deny_topics: str | None,
     encoder: str | None,
     target_frr: float,
@@ -154,8 +154,9 @@ def adversarial_command(
     check_output_file(json_out, "--json")
     if detector not in detector_kinds():
         raise ConfigError(f"unknown detector {detector!r}; one of {', '.join(detector_kinds())}")
-    if floor and detector != "combined":
-        raise ConfigError(f"--floor applies to the combined detector, not {detector!r}")
+    if floor is not None and detector != "combined":
+        flag = "--floor" if floor else "--no-floor"
+        raise ConfigError(f"{flag} applies to the combined detector, not {detector!r}")
     if data_dir.exists() and not data_dir.is_dir():
         raise DataError(f"--data-dir {data_dir} is not a directory")
     config = AdversarialBenchConfig(

@@ -207,12 +207,12 @@ neighbour_bank_option = click.option(
 
 floor_option = click.option(
     "--floor/--no-floor",
-    default=False,
-    show_default=True,
+    default=None,
     help="combined only: score each query by the larger of the learned log-odds and its "
     "distance to the KB and to the ID training queries (both scaled by the ID training "
-    "queries), so OOD unlike every labelled OOD query is still refused; see "
-    "docs/concepts/unseen-ood.md for what it costs and gains.",
+    "queries), so OOD unlike every labelled OOD query is still refused. --no-floor: the "
+    "learned log-odds alone, a little sharper on OOD like the labelled OOD and much weaker "
+    "on OOD of other kinds; see docs/concepts/unseen-ood.md. [default: floor]",
 )
 
 

@@ -60,8 +60,9 @@ class EvalConfig:
     protocol: bool = True
     features: str | None = None
     neighbour_bank: int | None = None
-    # floor the combined detector with its OOD-free evidence (TrainConfig.floor)
-    floor: bool = False
+    # floor the combined detector with its OOD-free evidence (TrainConfig.floor; None:
+    # the default, floored; False: not)
+    floor: bool | None = None
     # denied topics every model screens for: "builtin" or a file (None: none)
     deny_topics: str | None = None
     # xsid / sib200: the query language(s) ("all" or a comma list) and the KB's language
@@ -88,25 +89,29 @@ def select_kbs(tasks: Sequence[KBTask], kbs: str | None, benchmark: str) -> list
 
 
 def _grids(cfg: EvalConfig, detectors: Sequence[str]) -> dict[str, Any] | None:
-    """The combined candidates `sidecar train` would search with the same features and
-    neighbour bank; None when neither is given."""
-    if cfg.features is None and cfg.neighbour_bank is None and not cfg.floor:
+    """The combined candidates `sidecar train` would search with the same features,
+    neighbour bank and floor; None when none is given (the default grids, floored)."""
+    if cfg.features is None and cfg.neighbour_bank is None and cfg.floor is None:
         return None
     from sidecar.training import TrainConfig, check_config, combined_grid
 
     if "combined" not in detectors:
-        raise ConfigError("--features / --neighbour-bank / --floor apply to the combined detector")
+        raise ConfigError(
+            "--features / --neighbour-bank / --floor / --no-floor apply to the combined detector"
+        )
     # as `sidecar train --features` reads them: None when not given
     blocks = (
         tuple(f.strip() for f in cfg.features.split(",") if f.strip()) if cfg.features else None
     )
     check_config(TrainConfig(features=blocks, neighbour_bank=cfg.neighbour_bank, floor=cfg.floor))
-    return {"combined": combined_grid(blocks, cfg.neighbour_bank, floor=cfg.floor)}
+    floored = cfg.floor is not False
+    return {"combined": combined_grid(blocks, cfg.neighbour_bank, floor=floored)}
 
 
 def _grid_record(cfg: EvalConfig) -> dict[str, Any]:
     """How the combined detector's candidates were changed, for the report."""
-    return {"features": cfg.features, "neighbour_bank": cfg.neighbour_bank, "floor": cfg.floor}
+    floored = cfg.floor is not False
+    return {"features": cfg.features, "neighbour_bank": cfg.neighbour_bank, "floor": floored}
 
 
 def _deny_record(cfg: EvalConfig, topics: tuple[str, ...]) -> dict[str, Any] | None:

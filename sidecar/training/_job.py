@@ -72,8 +72,9 @@ def check_config(cfg: TrainConfig, kb_shape: tuple[int, int] | None = None) -> N
         raise ConfigError(
             "per-language thresholds are conformal quantiles: they need the frr threshold rule"
         )
-    if cfg.floor and cfg.detector != "combined":
-        raise ConfigError(f"--floor applies to the combined detector, not {cfg.detector!r}")
+    if cfg.floor is not None and cfg.detector != "combined":
+        flag = "--floor" if cfg.floor else "--no-floor"
+        raise ConfigError(f"{flag} applies to the combined detector, not {cfg.detector!r}")
     if cfg.neighbour_bank is not None:
         feats = cfg.features
         if cfg.detector != "combined" or (feats is not None and "neighbours" not in feats):
@@ -135,7 +136,7 @@ def _m_values(lo: int, hi: int) -> list[int]:
 def build_grid(cfg: TrainConfig) -> list[Candidate]:
     """The detector's default grid with m fixed (``m``) or spread over ``m_range``."""
     if cfg.detector == "combined":
-        base = combined_grid(cfg.features, cfg.neighbour_bank, floor=cfg.floor)
+        base = combined_grid(cfg.features, cfg.neighbour_bank, floor=cfg.floor is not False)
     else:
         base = default_grid(cfg.detector)
     if cfg.m is None and cfg.m_range is None:

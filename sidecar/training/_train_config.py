@@ -66,8 +66,9 @@ class TrainConfig:
     group_near_duplicates: bool = True
     # At most this many rows per labelled-neighbour bank of the combined detector.
     neighbour_bank: int | None = None
-    # Floor the combined detector's score with its OOD-free evidence (see COMBINED_FLOOR).
-    floor: bool = False
+    # Floor the combined detector's score with its OOD-free evidence (see COMBINED_FLOOR);
+    # None: the detector's default (floored), False: `--no-floor`.
+    floor: bool | None = None
     # Also a conformal threshold per language of the ID training queries
     # (TrainInputs.id_languages) with enough of them; see training._languages.
     per_language: bool = False

@@ -166,7 +166,8 @@ def test_promote_only_when_the_gates_hold(
     stats = tmp_path / "cand.json"
     stats.write_text(json.dumps({"version": first, "train_total_s": 1.0}))
     base = ["--store-dir", str(store_dir), "--kb", "synthetic", "--version-from", str(stats)]
-    res = _check(setup, *base, "--promote", "--max-frr", "0")  # no query may be refused
+    # a perfect model only: no ID query refused and no OOD query accepted
+    res = _check(setup, *base, "--promote", "--max-frr", "0", "--max-ood-accept", "0")
     assert res.exit_code == 1 and "FAILED" in res.output, res.output
     assert f"not promoted: synthetic/{first} failed a gate" in res.output
     assert store.active("synthetic") == active  # a failed gate promotes nothing

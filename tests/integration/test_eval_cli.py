@@ -82,7 +82,7 @@ def test_eval_writes_the_documented_json_and_its_report(shared_data: Path, tmp_p
     assert doc2["combined_grid"] == {
         "features": "pcs,residual,max_cosine",
         "neighbour_bank": None,
-        "floor": False,
+        "floor": True,
     }
     # cross-calibration scores every ID training query; split only its calibration part
     assert all(s < c for s, c in zip([f["n_calibration"] for f in folds], cross_cal, strict=True))

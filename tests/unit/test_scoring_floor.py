@@ -44,10 +44,15 @@ def test_the_floor_refuses_an_unseen_family_the_weights_call_in_domain() -> None
 
 
 def test_the_floor_is_the_larger_of_the_pinned_regression_and_the_pinned_columns() -> None:
-    ID, _, unseen = _family_data()
+    ID, OOD, unseen = _family_data()
     det = _fitted(["residual"])
     log_odds = unseen @ det.coef_ + det.intercept_
-    sup_id = ID @ det.coef_ + det.intercept_
+    # the regression is pinned by its log-odds of the ID rows from fits that did not see
+    # them, which are less confident than the fitted model's own
+    X, y = np.vstack([ID, OOD]), np.r_[np.zeros(len(ID)), np.ones(len(OOD))]
+    sup_id = det._cross_fit_id_log_odds(X, y)
+    assert sup_id.shape == (len(ID),)
+    assert np.quantile(sup_id, 0.99) > np.quantile(ID @ det.coef_ + det.intercept_, 0.99)
     sup = (log_odds - np.median(sup_id)) / (
         np.quantile(sup_id, det.SUPERVISED_QUANTILE) - np.median(sup_id)
     )
@@ -124,18 +129,18 @@ def test_a_floored_model_survives_the_artifact_round_trip_bit_exact() -> None:
     assert loaded.threshold == model.threshold
 
 
-def test_the_floor_is_opt_in_and_floors_every_combined_candidate_with_its_ood_free_blocks() -> None:
+def test_by_default_every_combined_candidate_is_floored_with_its_ood_free_blocks() -> None:
     from sidecar.training import combined_grid, default_grid
 
-    assert all("floor" not in c.params for c in default_grid("combined"))
-    assert all("floor" not in c.params for c in combined_grid())
-    grid = combined_grid(floor=True)
+    assert all("floor" not in c.params for c in combined_grid(floor=False))
+    grid = combined_grid()
+    assert [c.params for c in grid] == [c.params for c in default_grid("combined")]
     for cand in grid:
         feats = cand.params["features"]
         want = [b for b in ("residual", "max_cosine", "knn", "neighbours") if b in feats]
         assert cand.params["floor"] == want and want
     assert any("neighbours" in c.params["floor"] for c in grid)
-    custom = combined_grid(["pcs", "knn"], floor=True)  # no default candidate has these blocks
+    custom = combined_grid(["pcs", "knn"])  # no default candidate has these blocks
     assert {tuple(c.params["floor"]) for c in custom} == {("knn",)}
 
 
@@ -144,9 +149,13 @@ def test_train_config_floor_reaches_the_searched_grid_and_only_the_combined_dete
     from sidecar.training import TrainConfig, check_config
     from sidecar.training._job import build_grid
 
-    assert all("floor" not in c.params for c in build_grid(TrainConfig()))
-    floored = build_grid(TrainConfig(floor=True, m=13))
-    assert floored and all(c.params["floor"] and c.m == 13 for c in floored)
+    assert all("floor" not in c.params for c in build_grid(TrainConfig(floor=False)))
+    for floor in (None, True):
+        floored = build_grid(TrainConfig(floor=floor, m=13))
+        assert floored and all(c.params["floor"] and c.m == 13 for c in floored)
     check_config(TrainConfig(floor=True))
+    check_config(TrainConfig(detector="max_cosine"))  # the default floor is the combined's
     with pytest.raises(ConfigError, match="--floor"):
         check_config(TrainConfig(detector="max_cosine", floor=True))
+    with pytest.raises(ConfigError, match="--no-floor"):
+        check_config(TrainConfig(detector="max_cosine", floor=False))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 
+from sidecar._json_types import json_type
 from sidecar.errors import DataError
 
 # RFC 5646 (section 4.4.1) asks implementations to hold tags of at least 35 characters,
@@ -58,7 +59,7 @@ def language_code(tag: object, what: str = "'language'") -> str:
         message says which.
     """
     if not isinstance(tag, str):
-        raise DataError(f"{what} is {_json_type(tag)}, expected a language tag such as 'nl'")
+        raise DataError(f"{what} is {json_type(tag)}, expected a language tag such as 'nl'")
     if not tag.strip():
         raise DataError(f"{what} is empty; leave it out to have the language detected")
     if len(tag) > MAX_TAG_CHARS:
@@ -73,18 +74,3 @@ def language_code(tag: object, what: str = "'language'") -> str:
         )
     primary = m.group(1).lower()
     return ALIASES.get(primary, primary)
-
-
-def _json_type(x: object) -> str:
-    """What a decoded JSON value is, in words (``a number`` for 3, ``null`` for None)."""
-    if x is None:
-        return "null"
-    if isinstance(x, bool):
-        return "a boolean"
-    if isinstance(x, int | float):
-        return "a number"
-    if isinstance(x, list):
-        return "an array"
-    if isinstance(x, dict):
-        return "an object"
-    return f"a {type(x).__name__}"

@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from sidecar._json_types import json_type
 from sidecar.stream._records import (
     EMBEDDING_DIMENSION,
     EMBEDDING_MALFORMED,
@@ -188,7 +189,7 @@ def decode_embedding(value: Any) -> np.ndarray | EmbeddingProblem:
     else:
         return EmbeddingProblem(
             EMBEDDING_MALFORMED,
-            f"'embedding' is {_json_type(value)}; expected a base64 string of little-endian "
+            f"'embedding' is {json_type(value)}; expected a base64 string of little-endian "
             "float32 or an array of numbers",
         )
     if isinstance(vector, EmbeddingProblem):
@@ -239,7 +240,7 @@ def _from_numbers(value: list[Any]) -> np.ndarray | EmbeddingProblem:
     if not all(type(x) in _NUMBER_TYPES for x in value):
         i, x = next((i, x) for i, x in enumerate(value) if type(x) not in _NUMBER_TYPES)
         return EmbeddingProblem(
-            EMBEDDING_MALFORMED, f"component {i} of the embedding is {_json_type(x)}, not a number"
+            EMBEDDING_MALFORMED, f"component {i} of the embedding is {json_type(x)}, not a number"
         )
     try:
         wide = np.array(value, dtype=np.float64)
@@ -262,18 +263,3 @@ def _too_long(what: str) -> EmbeddingProblem:
         EMBEDDING_DIMENSION,
         f"'embedding' holds {what}; no model is wider than {MAX_EMBEDDING_DIM} dimensions",
     )
-
-
-def _json_type(x: Any) -> str:
-    """The JSON name of a decoded value's type (``bool`` for true, ``null`` for None)."""
-    if x is None:
-        return "null"
-    if isinstance(x, bool):
-        return "a boolean"
-    if isinstance(x, str):
-        return "a string"
-    if isinstance(x, dict):
-        return "an object"
-    if isinstance(x, list):
-        return "an array"
-    return f"a {type(x).__name__}"

@@ -78,7 +78,7 @@ def test_base64_is_little_endian_float32() -> None:
         ([1.0, None], r.EMBEDDING_MALFORMED, "is null"),
         ([[1.0, 2.0]], r.EMBEDDING_MALFORMED, "is an array"),
         ([{"x": 1}], r.EMBEDDING_MALFORMED, "is an object"),
-        (3.5, r.EMBEDDING_MALFORMED, "'embedding' is a float"),
+        (3.5, r.EMBEDDING_MALFORMED, "'embedding' is a number"),
         ({"data": [1.0]}, r.EMBEDDING_MALFORMED, "'embedding' is an object"),
         (True, r.EMBEDDING_MALFORMED, "'embedding' is a boolean"),
         ([0, 0.0, -0.0], r.EMBEDDING_MALFORMED, "all zeros"),

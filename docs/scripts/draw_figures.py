@@ -264,14 +264,12 @@ def batch_size(results: Path) -> Figure:
 
 
 # ---------------------------------------------------------------------------------------
-# ROC: the default detector against max-cosine (eval_*_dev_roc.json)
-
-# `sidecar eval --detectors combined,max_cosine --no-protocol` on the dev splits, seed 0:
-# the same splits, fits and figures as the full eval_<benchmark>_dev.json runs, with curves.
+# ROC: the default detector against max-cosine (eval_*_dev.json, seed 0, which keep every
+# detector's curve per KB)
 EVAL_FILES = (
-    ("eval_clinc150_dev_roc.json", "CLINC150 (10 KBs)"),
-    ("eval_stackexchange_dev_roc.json", "StackExchange (8 KBs)"),
-    ("eval_covid_dev_roc.json", "covid"),
+    ("eval_clinc150_dev.json", "CLINC150 (10 KBs)"),
+    ("eval_stackexchange_dev.json", "StackExchange (8 KBs)"),
+    ("eval_covid_dev.json", "covid"),
 )
 DETECTORS = (("combined", "combined (default)", DEFAULT_COLOR), ("max_cosine", "max-cosine",
                                                                    BASELINE_COLOR))  # fmt: skip

@@ -211,8 +211,8 @@ floor_option = click.option(
     help="combined only: score each query by the larger of the learned log-odds and its "
     "distance to the KB and to the ID training queries (both scaled by the ID training "
     "queries), so OOD unlike every labelled OOD query is still refused. --no-floor: the "
-    "learned log-odds alone, a little sharper on OOD like the labelled OOD and much weaker "
-    "on OOD of other kinds; see docs/concepts/unseen-ood.md. [default: floor]",
+    "learned log-odds alone, at most a little sharper on OOD like the labelled OOD and "
+    "much weaker on OOD of other kinds; see docs/concepts/unseen-ood.md. [default: floor]",
 )
 
 
